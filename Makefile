@@ -1,0 +1,67 @@
+# streammom — the newcomer's contract: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CACHE ?= $(CURDIR)/.cache
+KAFKA_LIBS ?= $(CACHE)/kafka-libs
+KAFKA_POM := service/devbroker/pom.xml
+PYTEST_ARGS ?=
+
+.PHONY: help install kafka-libs system-deps lint test unit demo bench clean
+
+help:
+	@echo "make demo   - run the main job on the embedded default (no services needed)"
+	@echo "make test   - lint + full test suite against a real Apache Kafka broker"
+	@echo "make bench  - benchmarks against peers (writes numbers for BENCHMARKS.md)"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Re-install when the project metadata changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Apache Kafka broker jars from Maven Central (pinned in the POM), for the test broker.
+$(KAFKA_LIBS)/.resolved: $(KAFKA_POM)
+	mkdir -p $(KAFKA_LIBS)
+	mvn -B -q -f $(KAFKA_POM) \
+	    org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+	    -DincludeScope=runtime -DoutputDirectory=$(KAFKA_LIBS)
+	touch $@
+
+kafka-libs: $(KAFKA_LIBS)/.resolved
+
+# Debian tools the tests drive for real (promtool/prometheus, headless chromium).
+system-deps:
+	@need=""; \
+	command -v promtool >/dev/null || need="$$need prometheus"; \
+	command -v chromium >/dev/null || need="$$need chromium"; \
+	if [ -n "$$need" ]; then \
+	  echo "installing Debian packages:$$need"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need >/dev/null; \
+	fi
+
+lint: install
+	$(BIN)/ruff check .
+
+test: install kafka-libs system-deps lint
+	STREAMMOM_REQUIRE_KAFKA=1 STREAMMOM_KAFKA_LIBS=$(KAFKA_LIBS) $(BIN)/pytest $(PYTEST_ARGS)
+
+unit: install
+	$(BIN)/pytest -m "not kafka" $(PYTEST_ARGS)
+
+demo: install
+	$(BIN)/streammom demo
+
+bench: install
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/quality.py
+	$(BIN)/python bench/throughput.py
+
+clean:
+	rm -rf $(VENV) $(CACHE) .pytest_cache .ruff_cache

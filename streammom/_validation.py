@@ -1,0 +1,57 @@
+"""Input validation at the library boundary (scikit-learn style)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["as_csr", "as_weights", "check_random_state_int"]
+
+
+def as_csr(X: Any, n_features: int | None = None, *, name: str = "X") -> sp.csr_array:
+    """Return ``X`` as a float64 CSR array with sorted indices, validating shape and values.
+
+    Accepts scipy.sparse matrices/arrays and dense array-likes. Rejects non-2-D input, NaN or
+    infinite values, negative entries (moments of counts and indicators are non-negative) and a
+    wrong number of columns.
+    """
+    if sp.issparse(X):
+        out = sp.csr_array(X, dtype=np.float64)
+    else:
+        arr = np.asarray(X, dtype=np.float64)
+        if arr.ndim != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {arr.shape}")
+        out = sp.csr_array(arr)
+    if out.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {out.shape}")
+    if n_features is not None and out.shape[1] != n_features:
+        raise ValueError(f"{name} has {out.shape[1]} features, expected {n_features}")
+    data = out.data
+    if data.size and not np.isfinite(data).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if data.size and data.min() < 0:
+        raise ValueError(f"{name} contains negative values; counts or indicators expected")
+    out.sum_duplicates()
+    out.sort_indices()
+    return out
+
+
+def as_weights(weights: Any, n: int) -> np.ndarray:
+    """Per-row weights as a float64 vector of length ``n`` (ones when ``None``); must be ≥ 0."""
+    if weights is None:
+        return np.ones(n)
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    if w.shape != (n,):
+        raise ValueError(f"weights has shape {w.shape}, expected ({n},)")
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise ValueError("weights must be finite and non-negative")
+    return w
+
+
+def check_random_state_int(random_state: Any) -> int:
+    """Only integer seeds: results must be reproducible byte for byte."""
+    if isinstance(random_state, bool) or not isinstance(random_state, int | np.integer):
+        raise TypeError(f"random_state must be an int, got {type(random_state).__name__}")
+    return int(random_state)

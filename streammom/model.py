@@ -1,0 +1,382 @@
+"""The immutable hierarchy model: routing (assignment), interpretation and (de)serialisation.
+
+A :class:`HierarchyModel` is what both the batch :class:`~streammom.HierarchicalMoM` and the
+streaming :class:`~streammom.StreamingHierarchy` publish: a binary tree whose internal nodes
+carry a linear :class:`Router`. Routing is vectorised: one sparse-dense product for all routers,
+then one integer walk per tree level (no per-event Python loop).
+
+Routers (design §4):
+
+* D-SIDIWO: child = argmax_j |⟨d_j, x⟩| with D = Oᵀ S^{-1/2} Uᵀ (thesis eq. 6.11),
+  ``absolute=True``, bias 0.
+* MAP (SIDIWO, EM): child = argmax_j log ω_j + log p(x | μ_j). For Bernoulli
+  log p = Σ_i log(1 − μ_ji) + Σ_i x_i log(μ_ji / (1 − μ_ji)) (thesis eq. 4.1, sparse form);
+  for multinomial log p = Σ_i x_i log μ_ji + const (thesis eq. 3.4). Both are linear in x:
+  weights + bias, ``absolute=False``.
+
+The margin of a routing step is |score₀ − score₁|: how decisively the event took its branch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import scipy.sparse as sp
+
+from streammom._validation import as_csr
+from streammom.relevance import FeatureScore, top_features
+from streammom.serialization import SnapshotFormatError, archive_bytes, read_archive
+
+__all__ = ["HierarchyModel", "Router", "Routing", "TreeNode", "map_router"]
+
+MODEL_SCHEMA_VERSION = 1
+_ROUTE_CHUNK = 65536
+_MU_FLOOR = 1e-6
+
+
+@dataclass(frozen=True)
+class Router:
+    """A 2-way linear router: scores s_j = ⟨w_j, x⟩ + b_j, child = argmax_j s_j (or |s_j|)."""
+
+    weights: np.ndarray  # (2, d)
+    bias: np.ndarray  # (2,)
+    absolute: bool
+
+    def __post_init__(self) -> None:
+        if self.weights.ndim != 2 or self.weights.shape[0] != 2 or self.bias.shape != (2,):
+            raise ValueError("a router needs weights of shape (2, d) and bias of shape (2,)")
+
+
+def map_router(
+    centres: np.ndarray,
+    weights: np.ndarray,
+    family: Literal["bernoulli", "multinomial"],
+    *,
+    floor: float = _MU_FLOOR,
+) -> Router:
+    """The MAP router of a 2-component mixture (centres (2, d), mixing weights (2,)).
+
+    Centres are clipped into [floor, 1 − floor] (Bernoulli) or floored and renormalised to sum 1
+    (multinomial) first, so log 0 never occurs (thesis digest §7, pitfall 7).
+    """
+    mu = np.asarray(centres, dtype=float)
+    omega = np.clip(np.asarray(weights, dtype=float), floor, None)
+    omega = omega / omega.sum()
+    if family == "bernoulli":
+        mu = np.clip(mu, floor, 1.0 - floor)
+        w = np.log(mu) - np.log1p(-mu)
+        b = np.log(omega) + np.log1p(-mu).sum(axis=1)
+    elif family == "multinomial":
+        mu = np.maximum(mu, floor)
+        mu = mu / mu.sum(axis=1, keepdims=True)
+        w = np.log(mu)
+        b = np.log(omega)
+    else:
+        raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {family!r}")
+    return Router(weights=w, bias=b, absolute=False)
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """One node of the cluster tree.
+
+    ``weight`` is the (possibly decayed) number of events the node has seen, ``mean`` its first
+    moment s / W. Internal nodes have two ``children`` and a ``router``; leaves have neither.
+    ``quality`` holds the split-quality signals measured when the split was made.
+    """
+
+    node_id: int
+    parent: int
+    depth: int
+    weight: float
+    mean: np.ndarray
+    children: tuple[int, ...] = ()
+    router: Router | None = None
+    quality: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The result of routing a batch: leaf per row, node path and per-level margins.
+
+    ``paths[i]`` lists node ids root → leaf, padded with −1; ``margins[i, l]`` is the margin of
+    the decision taken at level l (NaN below the leaf).
+    """
+
+    leaf_ids: np.ndarray  # (n,) int64
+    paths: np.ndarray  # (n, max_depth + 1) int64
+    margins: np.ndarray  # (n, max_depth) float64
+    model_version: int
+
+    def records(self) -> list[dict[str, Any]]:
+        """One plain dict per row (for JSON): leaf id, path, margins and model version."""
+        out = []
+        for leaf, path, margin in zip(self.leaf_ids, self.paths, self.margins, strict=True):
+            depth = int((path >= 0).sum())
+            out.append(
+                {
+                    "leaf_id": int(leaf),
+                    "path": [int(v) for v in path[:depth]],
+                    "margins": [float(m) for m in margin[: depth - 1]],
+                    "model_version": self.model_version,
+                }
+            )
+        return out
+
+
+class HierarchyModel:
+    """An immutable, serialisable binary cluster tree with vectorised routing.
+
+    Parameters mirror the fitted tree: ``nodes`` (any order; exactly one root with parent −1),
+    ``n_features``, ``family`` ('bernoulli' or 'multinomial'), ``method`` (how the splits were
+    found), ``version`` (bumped on every change by the streaming engine), optional
+    ``feature_names`` and free-form JSON ``metadata``.
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[TreeNode],
+        *,
+        n_features: int,
+        family: Literal["bernoulli", "multinomial"] = "bernoulli",
+        method: str = "dsidiwo",
+        version: int = 0,
+        feature_names: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.nodes: dict[int, TreeNode] = {n.node_id: n for n in sorted(nodes, key=_node_key)}
+        self.n_features = int(n_features)
+        self.family = family
+        self.method = method
+        self.version = int(version)
+        self.feature_names = tuple(feature_names) if feature_names is not None else None
+        self.metadata = dict(metadata or {})
+        self._validate()
+        self._build_routing_tables()
+
+    # ------------------------------------------------------------------ structure
+    def _validate(self) -> None:
+        roots = [n.node_id for n in self.nodes.values() if n.parent < 0]
+        if len(roots) != 1:
+            raise ValueError(f"a tree needs exactly one root, found {len(roots)}")
+        self.root_id = roots[0]
+        for node in self.nodes.values():
+            if node.mean.shape != (self.n_features,):
+                raise ValueError(f"node {node.node_id}: mean has shape {node.mean.shape}")
+            if node.children:
+                if len(node.children) != 2 or node.router is None:
+                    raise ValueError(f"node {node.node_id}: internal nodes need 2 children + router")
+                if node.router.weights.shape[1] != self.n_features:
+                    raise ValueError(f"node {node.node_id}: router has the wrong dimension")
+                for c in node.children:
+                    if c not in self.nodes or self.nodes[c].parent != node.node_id:
+                        raise ValueError(f"node {node.node_id}: child {c} is not linked back")
+        if self.feature_names is not None and len(self.feature_names) != self.n_features:
+            raise ValueError("feature_names must have n_features entries")
+
+    def _build_routing_tables(self) -> None:
+        internal = [n for n in self.nodes.values() if n.children]
+        self._internal_index = {n.node_id: i for i, n in enumerate(internal)}
+        d = self.n_features
+        self._router_w = (
+            np.vstack([n.router.weights for n in internal]) if internal else np.zeros((0, d))
+        )
+        self._router_b = (
+            np.concatenate([n.router.bias for n in internal]) if internal else np.zeros(0)
+        )
+        self._router_abs = np.array([n.router.absolute for n in internal], dtype=bool)
+        self._children = np.array([n.children for n in internal], dtype=np.int64).reshape(-1, 2)
+        max_id = max(self.nodes)
+        self._int_of_node = np.full(max_id + 1, -1, dtype=np.int64)
+        for nid, i in self._internal_index.items():
+            self._int_of_node[nid] = i
+        self.max_depth = max(n.depth for n in self.nodes.values())
+
+    @property
+    def leaf_ids(self) -> tuple[int, ...]:
+        """Ids of the leaves, ascending."""
+        return tuple(nid for nid, n in self.nodes.items() if n.is_leaf)
+
+    @property
+    def n_leaves(self) -> int:
+        return len(self.leaf_ids)
+
+    @property
+    def root(self) -> TreeNode:
+        return self.nodes[self.root_id]
+
+    def path_to(self, node_id: int) -> list[int]:
+        """Node ids from the root to ``node_id``."""
+        path = [node_id]
+        while self.nodes[path[-1]].parent >= 0:
+            path.append(self.nodes[path[-1]].parent)
+        return path[::-1]
+
+    # ------------------------------------------------------------------ routing
+    def route(self, X: Any) -> Routing:
+        """Route every row of ``X`` root → leaf. Cost O(nnz(X) · #internal nodes)."""
+        X = as_csr(X, self.n_features)
+        n = X.shape[0]
+        depth = self.max_depth
+        leaf = np.full(n, self.root_id, dtype=np.int64)
+        paths = np.full((n, depth + 1), -1, dtype=np.int64)
+        margins = np.full((n, depth), np.nan)
+        paths[:, 0] = self.root_id
+        if self._router_w.shape[0]:
+            for start in range(0, n, _ROUTE_CHUNK):
+                stop = min(start + _ROUTE_CHUNK, n)
+                self._route_chunk(X[start:stop], leaf[start:stop], paths[start:stop],
+                                  margins[start:stop])
+        return Routing(leaf_ids=leaf, paths=paths, margins=margins, model_version=self.version)
+
+    def _route_chunk(
+        self, X: sp.csr_array, leaf: np.ndarray, paths: np.ndarray, margins: np.ndarray
+    ) -> None:
+        scores = np.asarray(X @ self._router_w.T) + self._router_b
+        rows = np.arange(X.shape[0])
+        for level in range(self.max_depth):
+            idx = self._int_of_node[leaf]
+            active = idx >= 0
+            if not active.any():
+                break
+            r, i = rows[active], idx[active]
+            s0, s1 = scores[r, 2 * i], scores[r, 2 * i + 1]
+            absolute = self._router_abs[i]
+            s0 = np.where(absolute, np.abs(s0), s0)
+            s1 = np.where(absolute, np.abs(s1), s1)
+            go_right = s1 > s0
+            child = self._children[i, go_right.astype(np.int64)]
+            leaf[r] = child
+            paths[r, level + 1] = child
+            margins[r, level] = np.abs(s0 - s1)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Leaf id of every row."""
+        return self.route(X).leaf_ids
+
+    # ------------------------------------------------------------------ interpretation
+    def top_features(self, node_id: int, *, n: int = 10, lam: float = 0.7) -> list[FeatureScore]:
+        """Relevance-ranked features of a node against the root (λ = 0.7, Sievert–Shirley)."""
+        return top_features(
+            self.nodes[node_id].mean,
+            self.root.mean,
+            n=n,
+            lam=lam,
+            family=self.family,
+            feature_names=self.feature_names,
+        )
+
+    # ------------------------------------------------------------------ serialisation
+    def to_archive(self, *, dtype: type = np.float64) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Manifest + arrays (see :mod:`streammom.serialization`)."""
+        order = list(self.nodes)
+        internal = [nid for nid in order if self.nodes[nid].children]
+        manifest: dict[str, Any] = {
+            "format": "streammom",
+            "kind": "hierarchy-model",
+            "schema_version": MODEL_SCHEMA_VERSION,
+            "version": self.version,
+            "family": self.family,
+            "method": self.method,
+            "n_features": self.n_features,
+            "feature_names": list(self.feature_names) if self.feature_names else None,
+            "metadata": self.metadata,
+            "nodes": [
+                {
+                    "id": nid,
+                    "parent": self.nodes[nid].parent,
+                    "depth": self.nodes[nid].depth,
+                    "weight": float(self.nodes[nid].weight),
+                    "children": list(self.nodes[nid].children),
+                    "absolute": bool(self.nodes[nid].router.absolute)
+                    if self.nodes[nid].router is not None
+                    else None,
+                    "quality": {k: float(v) for k, v in sorted(self.nodes[nid].quality.items())},
+                }
+                for nid in order
+            ],
+        }
+        d = self.n_features
+        arrays = {
+            "means": np.array([self.nodes[nid].mean for nid in order], dtype=dtype).reshape(-1, d),
+            "router_weights": np.array(
+                [self.nodes[nid].router.weights for nid in internal], dtype=dtype
+            ).reshape(-1, 2, d),
+            "router_bias": np.array(
+                [self.nodes[nid].router.bias for nid in internal], dtype=np.float64
+            ).reshape(-1, 2),
+        }
+        return manifest, arrays
+
+    @classmethod
+    def from_archive(
+        cls, manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
+    ) -> HierarchyModel:
+        """Rebuild a model from :meth:`to_archive` output, validating the schema."""
+        if manifest.get("kind") != "hierarchy-model":
+            raise SnapshotFormatError(f"not a hierarchy model: kind={manifest.get('kind')!r}")
+        if manifest.get("schema_version") != MODEL_SCHEMA_VERSION:
+            raise SnapshotFormatError(
+                f"unsupported model schema version {manifest.get('schema_version')!r}"
+            )
+        try:
+            means = np.asarray(arrays["means"], dtype=np.float64)
+            rw = np.asarray(arrays["router_weights"], dtype=np.float64)
+            rb = np.asarray(arrays["router_bias"], dtype=np.float64)
+            nodes_meta = manifest["nodes"]
+            internal_i = 0
+            nodes = []
+            for row, meta in enumerate(nodes_meta):
+                router = None
+                if meta["children"]:
+                    router = Router(rw[internal_i], rb[internal_i], bool(meta["absolute"]))
+                    internal_i += 1
+                nodes.append(
+                    TreeNode(
+                        node_id=int(meta["id"]),
+                        parent=int(meta["parent"]),
+                        depth=int(meta["depth"]),
+                        weight=float(meta["weight"]),
+                        mean=means[row],
+                        children=tuple(int(c) for c in meta["children"]),
+                        router=router,
+                        quality={str(k): float(v) for k, v in meta.get("quality", {}).items()},
+                    )
+                )
+            return cls(
+                nodes,
+                n_features=int(manifest["n_features"]),
+                family=manifest["family"],
+                method=str(manifest["method"]),
+                version=int(manifest["version"]),
+                feature_names=manifest.get("feature_names"),
+                metadata=manifest.get("metadata") or {},
+            )
+        except (KeyError, IndexError, TypeError) as exc:
+            raise SnapshotFormatError(f"malformed hierarchy model: {exc!r}") from exc
+
+    def to_bytes(self, *, dtype: type = np.float64) -> bytes:
+        """Deterministic archive bytes (float32 arrays for a compact models-topic message)."""
+        return archive_bytes(*self.to_archive(dtype=dtype))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> HierarchyModel:
+        return cls.from_archive(*read_archive(data))
+
+    def __repr__(self) -> str:
+        return (
+            f"HierarchyModel(version={self.version}, nodes={len(self.nodes)}, "
+            f"leaves={self.n_leaves}, depth={self.max_depth}, d={self.n_features}, "
+            f"method={self.method!r}, family={self.family!r})"
+        )
+
+
+def _node_key(node: TreeNode) -> int:
+    return node.node_id
