@@ -172,7 +172,9 @@ class HierarchyModel:
                 raise ValueError(f"node {node.node_id}: mean has shape {node.mean.shape}")
             if node.children:
                 if len(node.children) != 2 or node.router is None:
-                    raise ValueError(f"node {node.node_id}: internal nodes need 2 children + router")
+                    raise ValueError(
+                        f"node {node.node_id}: internal nodes need 2 children + router"
+                    )
                 if node.router.weights.shape[1] != self.n_features:
                     raise ValueError(f"node {node.node_id}: router has the wrong dimension")
                 for c in node.children:
@@ -274,7 +276,9 @@ class HierarchyModel:
         )
 
     # ------------------------------------------------------------------ serialisation
-    def to_archive(self, *, dtype: type = np.float64) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    def to_archive(
+        self, *, dtype: type = np.float64
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """Manifest + arrays (see :mod:`streammom.serialization`)."""
         order = list(self.nodes)
         internal = [nid for nid in order if self.nodes[nid].children]

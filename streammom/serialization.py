@@ -115,7 +115,7 @@ def read_archive(
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir."""
+    """Write ``data`` to ``path`` atomically: temp file, fsync, rename, fsync of the directory."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

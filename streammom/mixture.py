@@ -1,0 +1,251 @@
+"""EM for mixtures of independent Bernoulli variables and single-topic (multinomial) mixtures.
+
+Used after SVTD/ASVTD (thesis Ch. 4 §4.4: "raw moments → ASVTD → EM → MAP", EM is part of the
+method because raw binary moments are biased) and after a SIDIWO split (thesis Ch. 6 §6.3,
+optional EM per split). X stays sparse: every pass is X @ (d, k) log-parameters and
+Xᵀ @ (n, k) responsibilities, O(nnz · k).
+
+Log-likelihoods (thesis eq. 4.1 and eq. 3.4; digest part 1 §1.3):
+
+* Bernoulli: log p(x | j) = Σ_h log(1 − μ_jh) + Σ_h x_h log(μ_jh / (1 − μ_jh)) (binary x).
+* Multinomial: log p(x | j) = log t! − Σ_h log x_h! + Σ_h x_h log μ_jh, t = Σ_h x_h.
+
+EM (thesis §4.4 / digest §5.5): E-step r_ij = softmax_j(log ω_j + log p(x_i | j)) in log space
+with max subtraction; M-step ω_j = Σ_i w_i r_ij / Σ_i w_i, μ_j = Σ_i w_i r_ij x_i / Σ_i w_i r_ij
+(Bernoulli, then clamped into [ε, 1 − ε]) or the normalised expected counts (multinomial, with
+an exact floor at ε, :func:`~streammom.projection.floor_simplex`). Both clamps are the exact
+constrained M-steps, so the likelihood never decreases. A component whose total responsibility
+is ~0 keeps its previous centre. Stopping: ‖M_new − M_old‖_F < tol (thesis Ch. 6: 1e-4) or
+``max_iter`` M-steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import gammaln
+
+from streammom._validation import as_csr, as_weights
+from streammom.projection import floor_simplex
+
+__all__ = [
+    "MixtureEMResult",
+    "check_family_data",
+    "fit_mixture_em",
+    "log_likelihood_matrix",
+    "map_assign",
+    "prepare_parameters",
+    "responsibilities",
+]
+
+Family = Literal["bernoulli", "multinomial"]
+
+MU_EPS = 1e-6  # Bernoulli clamp [ε, 1 − ε] and multinomial floor (thesis reference code)
+_EMPTY_REL = 1e-10  # a component with Σ r < this × Σ w is "empty"
+
+
+@dataclass(frozen=True)
+class MixtureEMResult:
+    """Fitted mixture: centres (k, d) as rows, weights (k,), and convergence diagnostics.
+
+    ``log_likelihood`` is Σ_i w_i log p(x_i) at the returned parameters; ``history`` holds it
+    after every iteration (history[0] at the initial, clamped parameters).
+    """
+
+    means: np.ndarray
+    weights: np.ndarray
+    n_iter: int
+    converged: bool
+    log_likelihood: float
+    history: tuple[float, ...] = ()
+
+
+def _check_family(family: str) -> None:
+    if family not in ("bernoulli", "multinomial"):
+        raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {family!r}")
+
+
+def check_family_data(X: sp.csr_array, family: str) -> None:
+    """Bernoulli mixtures model binary data: reject entries other than 0 and 1."""
+    _check_family(family)
+    if family == "bernoulli" and X.data.size and not np.isin(X.data, (0.0, 1.0)).all():
+        raise ValueError("family='bernoulli' needs binary X (entries 0 or 1)")
+
+
+def _mu_floor(d: int) -> float:
+    return min(MU_EPS, 0.5 / d)
+
+
+def prepare_parameters(
+    means: Any, weights: Any, family: Family, n_features: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate (k, d) centres and (k,) weights and map them into the valid range.
+
+    Bernoulli centres are clamped into [ε, 1 − ε]; multinomial centres are floored at ε and
+    renormalised (exactly, :func:`floor_simplex`); weights must be ≥ 0 with a positive sum and
+    are renormalised.
+    """
+    _check_family(family)
+    mu = np.array(means, dtype=float, ndmin=2)
+    om = np.asarray(weights, dtype=float).ravel()
+    k, d = mu.shape
+    if n_features is not None and d != n_features:
+        raise ValueError(f"means have {d} features, X has {n_features}")
+    if om.shape != (k,):
+        raise ValueError(f"weights must have shape ({k},), got {om.shape}")
+    if not (np.isfinite(mu).all() and np.isfinite(om).all()):
+        raise ValueError("means and weights must be finite")
+    if (om < 0).any() or om.sum() <= 0:
+        raise ValueError("weights must be non-negative with a positive sum")
+    eps = _mu_floor(d)
+    mu = np.clip(mu, eps, 1.0 - eps) if family == "bernoulli" else floor_simplex(mu, eps)
+    return mu, om / om.sum()
+
+
+def _log_params(mu: np.ndarray, om: np.ndarray, family: str) -> tuple[np.ndarray, np.ndarray]:
+    """Linear form of the log-joint: log p(x, j) = (X A)_ij + b_j (+ a per-row constant)."""
+    with np.errstate(divide="ignore"):
+        log_om = np.log(om)
+    if family == "bernoulli":
+        log1m = np.log1p(-mu)
+        return np.log(mu) - log1m, log_om + log1m.sum(axis=1)
+    return np.log(mu), log_om
+
+
+def _row_constant(X: sp.csr_array, family: str) -> np.ndarray:
+    """log t! − Σ_h log x_h! per row (multinomial coefficient); 0 for Bernoulli."""
+    if family == "bernoulli":
+        return np.zeros(X.shape[0])
+    t = np.asarray(X.sum(axis=1)).ravel()
+    per_entry = sp.csr_array((gammaln(X.data + 1.0), X.indices, X.indptr), shape=X.shape)
+    return gammaln(t + 1.0) - np.asarray(per_entry.sum(axis=1)).ravel()
+
+
+def _joint(X: sp.csr_array, mu: np.ndarray, om: np.ndarray, family: str) -> np.ndarray:
+    A, b = _log_params(mu, om, family)
+    L = np.asarray(X @ A.T) + b[None, :]
+    if family == "multinomial":
+        L += _row_constant(X, family)[:, None]
+    return L
+
+
+def _normalise(L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise log-sum-exp with max subtraction: (log p(x_i), responsibilities)."""
+    m = L.max(axis=1)
+    R = np.exp(L - m[:, None])
+    s = R.sum(axis=1)
+    R /= s[:, None]
+    return m + np.log(s), R
+
+
+def log_likelihood_matrix(X: Any, means: Any, weights: Any, family: Family) -> np.ndarray:
+    """(n, k) joint log p(x_i, Y = j) = log ω_j + log p(x_i | μ_j) (thesis eq. 4.1 / 3.4).
+
+    Centres are taken as given after the clamp of :func:`prepare_parameters`.
+
+    >>> L = log_likelihood_matrix(np.array([[1.0, 0.0]]), np.array([[0.5, 0.5]]), [1.0],
+    ...                           "bernoulli")
+    >>> round(float(L[0, 0]), 6)  # 2 log 0.5
+    -1.386294
+    """
+    _check_family(family)
+    mu = np.array(means, dtype=float, ndmin=2)
+    Xc = as_csr(X, mu.shape[1])
+    check_family_data(Xc, family)
+    mu, om = prepare_parameters(mu, weights, family)
+    return _joint(Xc, mu, om, family)
+
+
+def responsibilities(X: Any, means: Any, weights: Any, family: Family) -> np.ndarray:
+    """(n, k) posteriors P(Y = j | x_i): the row-wise softmax of :func:`log_likelihood_matrix`."""
+    return _normalise(log_likelihood_matrix(X, means, weights, family))[1]
+
+
+def map_assign(X: Any, means: Any, weights: Any, family: Family) -> np.ndarray:
+    """MAP cluster argmax_j log ω_j + log p(x | μ_j) (thesis eq. 4.2); ties to the lowest j."""
+    return np.argmax(log_likelihood_matrix(X, means, weights, family), axis=1)
+
+
+def _m_step(
+    X: sp.csr_array,
+    w: np.ndarray,
+    R: np.ndarray,
+    mu_old: np.ndarray,
+    family: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    WR = w[:, None] * R  # (n, k)
+    nk = WR.sum(axis=0)
+    total = float(w.sum())
+    S = np.asarray(X.T @ WR).T  # (k, d) expected (weighted) sufficient statistics
+    eps = _mu_floor(X.shape[1])
+    empty = nk <= _EMPTY_REL * total
+    mu = mu_old.copy()
+    full = ~empty
+    if family == "bernoulli":
+        mu[full] = np.clip(S[full] / nk[full, None], eps, 1.0 - eps)
+    else:
+        counts = S[full]
+        has_tokens = counts.sum(axis=1) > 0
+        mu[np.flatnonzero(full)[has_tokens]] = floor_simplex(counts[has_tokens], eps)
+    return mu, nk / total
+
+
+def fit_mixture_em(
+    X: Any,
+    means_init: Any,
+    weights_init: Any,
+    *,
+    family: Family,
+    tol: float = 1e-4,
+    max_iter: int = 100,
+    sample_weight: Any = None,
+) -> MixtureEMResult:
+    """EM for a k-component Bernoulli or multinomial mixture from (means_init, weights_init).
+
+    ``means_init`` is (k, d), ``weights_init`` (k,). Iterates E-step / M-step (module
+    docstring) until ‖M_t − M_{t−1}‖_F < ``tol`` (converged) or ``max_iter`` M-steps. X is
+    never densified. Deterministic.
+    """
+    _check_family(family)
+    if tol < 0 or max_iter < 0:
+        raise ValueError("tol and max_iter must be non-negative")
+    mu0 = np.array(means_init, dtype=float, ndmin=2)
+    Xc = as_csr(X, mu0.shape[1])
+    check_family_data(Xc, family)
+    w = as_weights(sample_weight, Xc.shape[0])
+    if w.sum() <= 0:
+        raise ValueError("the sample weights sum to 0")
+    mu, om = prepare_parameters(mu0, weights_init, family)
+    const = _row_constant(Xc, family)
+
+    def e_step(mu: np.ndarray, om: np.ndarray) -> tuple[float, np.ndarray]:
+        A, b = _log_params(mu, om, family)
+        L = np.asarray(Xc @ A.T) + b[None, :]
+        ll_rows, R = _normalise(L)
+        return float(w @ (ll_rows + const)), R
+
+    ll, R = e_step(mu, om)
+    history = [ll]
+    converged = False
+    n_iter = 0
+    while n_iter < max_iter:
+        n_iter += 1
+        mu_new, om = _m_step(Xc, w, R, mu, family)
+        delta = float(np.linalg.norm(mu_new - mu))
+        mu = mu_new
+        ll, R = e_step(mu, om)
+        history.append(ll)
+        if delta < tol:
+            converged = True
+            break
+    return MixtureEMResult(
+        means=mu,
+        weights=om,
+        n_iter=n_iter,
+        converged=converged,
+        log_likelihood=ll,
+        history=tuple(history),
+    )

@@ -1,0 +1,181 @@
+"""EM for Bernoulli and multinomial mixtures on sparse data."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import linear_sum_assignment
+from scipy.special import gammaln
+
+from streammom.mixture import (
+    fit_mixture_em,
+    log_likelihood_matrix,
+    map_assign,
+    responsibilities,
+)
+
+
+def _bernoulli_data(rng: np.random.Generator, n: int, means: np.ndarray, weights: np.ndarray):
+    labels = rng.choice(len(weights), size=n, p=weights)
+    X = (rng.random((n, means.shape[1])) < means[labels]).astype(float)
+    return sp.csr_array(X), labels
+
+
+def _multinomial_data(rng: np.random.Generator, n: int, topics: np.ndarray, weights: np.ndarray,
+                      length: tuple[int, int] = (20, 60)):
+    labels = rng.choice(len(weights), size=n, p=weights)
+    lengths = rng.integers(*length, size=n)
+    X = np.stack([rng.multinomial(t, topics[j]) for t, j in zip(lengths, labels, strict=True)])
+    return sp.csr_array(X.astype(float)), labels
+
+
+def _separated_bernoulli(d: int = 30, k: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    means = np.full((k, d), 0.08)
+    block = d // k
+    for j in range(k):
+        means[j, j * block : (j + 1) * block] = 0.75
+    return means, np.array([0.5, 0.3, 0.2])[:k]
+
+
+def _match(est: np.ndarray, true: np.ndarray) -> np.ndarray:
+    cost = ((est[:, None, :] - true[None, :, :]) ** 2).sum(axis=2)
+    rows, cols = linear_sum_assignment(cost)
+    return rows[np.argsort(cols)]  # est index matched to each true component
+
+
+def test_log_likelihood_matrix_matches_the_dense_formulas() -> None:
+    rng = np.random.default_rng(0)
+    mu = rng.uniform(0.05, 0.95, size=(3, 7))
+    om = np.array([0.2, 0.3, 0.5])
+    X = (rng.random((20, 7)) < 0.4).astype(float)
+    L = log_likelihood_matrix(sp.csr_array(X), mu, om, "bernoulli")
+    ref = X @ np.log(mu).T + (1 - X) @ np.log1p(-mu).T + np.log(om)
+    np.testing.assert_allclose(L, ref, rtol=1e-12)
+    np.testing.assert_allclose(log_likelihood_matrix(X, mu, om, "bernoulli"), L)  # dense input
+
+    topics = rng.dirichlet(np.ones(7), size=3)
+    C = rng.poisson(2.0, size=(20, 7)).astype(float)
+    L = log_likelihood_matrix(sp.csr_array(C), topics, om, "multinomial")
+    t = C.sum(axis=1)
+    coef = gammaln(t + 1) - gammaln(C + 1).sum(axis=1)
+    ref = C @ np.log(topics).T + np.log(om) + coef[:, None]
+    np.testing.assert_allclose(L, ref, rtol=1e-12)
+    P = responsibilities(C, topics, om, "multinomial")
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(map_assign(C, topics, om, "multinomial"), P.argmax(axis=1))
+
+
+@pytest.mark.parametrize("family", ["bernoulli", "multinomial"])
+def test_em_log_likelihood_never_decreases(family: str) -> None:
+    rng = np.random.default_rng(1)
+    k, d = 4, 25
+    if family == "bernoulli":
+        true = rng.uniform(0.02, 0.6, size=(k, d))
+        X, _ = _bernoulli_data(rng, 800, true, np.full(k, 0.25))
+        init = rng.uniform(0.1, 0.9, size=(k, d))
+    else:
+        true = rng.dirichlet(np.full(d, 0.3), size=k)
+        X, _ = _multinomial_data(rng, 500, true, np.full(k, 0.25), (3, 30))
+        init = rng.dirichlet(np.ones(d), size=k)
+    w = rng.uniform(0.5, 2.0, size=X.shape[0])
+    res = fit_mixture_em(X, init, np.full(k, 0.25), family=family, tol=0.0, max_iter=60,
+                         sample_weight=w)
+    hist = np.array(res.history)
+    assert len(hist) == res.n_iter + 1 == 61
+    assert not res.converged
+    assert np.all(np.diff(hist) >= -1e-9 * np.abs(hist[:-1]))
+    assert hist[-1] > hist[0]
+    assert res.log_likelihood == hist[-1]
+
+
+def test_em_recovers_separated_bernoulli_mixture() -> None:
+    rng = np.random.default_rng(2)
+    true, weights = _separated_bernoulli()
+    X, labels = _bernoulli_data(rng, 3000, true, weights)
+    init = np.clip(true + rng.normal(scale=0.15, size=true.shape), 0.0, 1.0)
+    res = fit_mixture_em(X, init, np.full(3, 1 / 3), family="bernoulli")
+    assert res.converged and res.n_iter < 100
+    idx = _match(res.means, true)
+    assert np.abs(res.means[idx] - true).max() < 0.06
+    np.testing.assert_allclose(res.weights[idx], weights, atol=0.03)
+    pred = map_assign(X, res.means, res.weights, "bernoulli")
+    assert (idx[labels] == pred).mean() > 0.98
+
+
+def test_em_recovers_separated_multinomial_mixture() -> None:
+    rng = np.random.default_rng(3)
+    d, k = 40, 3
+    topics = np.full((k, d), 0.2 / d)
+    for j in range(k):
+        topics[j, j * 13 : (j + 1) * 13] += 0.8 / 13
+    topics /= topics.sum(axis=1, keepdims=True)
+    weights = np.array([0.2, 0.5, 0.3])
+    X, labels = _multinomial_data(rng, 1500, topics, weights)
+    init = rng.dirichlet(np.ones(d), size=k) * 0.5 + topics * 0.5
+    res = fit_mixture_em(X, init, np.full(k, 1 / 3), family="multinomial")
+    assert res.converged
+    idx = _match(res.means, topics)
+    assert np.abs(res.means[idx] - topics).max() < 0.02
+    np.testing.assert_allclose(res.weights[idx], weights, atol=0.03)
+    np.testing.assert_allclose(res.means.sum(axis=1), 1.0)
+    assert (idx[labels] == map_assign(X, res.means, res.weights, "multinomial")).mean() > 0.99
+
+
+def test_empty_component_keeps_its_parameters_and_stays_finite() -> None:
+    rng = np.random.default_rng(4)
+    true, weights = _separated_bernoulli()
+    X, _ = _bernoulli_data(rng, 1000, true, weights)
+    far = np.full(30, 1e-6)
+    far[:3] = 1.0 - 1e-6  # features 0-2 are present *and* 3+ absent: no row looks like this
+    init = np.vstack([true, far])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = fit_mixture_em(X, init, np.array([0.3, 0.3, 0.3, 0.1]), family="bernoulli")
+        assert np.isfinite(res.means).all() and np.isfinite(res.weights).all()
+        assert np.isfinite(res.log_likelihood)
+        np.testing.assert_array_equal(res.means[3], far)
+        assert res.weights[3] < 1e-12
+        assert res.weights.sum() == pytest.approx(1.0)
+        # a component with weight exactly 0 is harmless as well
+        res0 = fit_mixture_em(X, init, np.array([0.5, 0.3, 0.2, 0.0]), family="bernoulli")
+        assert res0.weights[3] == 0.0 and np.isfinite(res0.log_likelihood)
+        P = responsibilities(X, res0.means, res0.weights, "bernoulli")
+        assert np.isfinite(P).all() and (P[:, 3] == 0).all()
+
+
+def test_em_is_deterministic_and_weights_act_as_replication() -> None:
+    rng = np.random.default_rng(5)
+    true, weights = _separated_bernoulli()
+    X, _ = _bernoulli_data(rng, 400, true, weights)
+    init = np.clip(true + rng.normal(scale=0.1, size=true.shape), 0, 1)
+    a = fit_mixture_em(X, init, weights, family="bernoulli", tol=1e-8)
+    b = fit_mixture_em(X, init, weights, family="bernoulli", tol=1e-8)
+    assert a.means.tobytes() == b.means.tobytes() and a.n_iter == b.n_iter
+    counts = rng.integers(1, 4, size=X.shape[0])
+    rep = sp.csr_array(np.repeat(X.toarray(), counts, axis=0))
+    c = fit_mixture_em(X, init, weights, family="bernoulli", tol=1e-10, max_iter=500,
+                       sample_weight=counts.astype(float))
+    r = fit_mixture_em(rep, init, weights, family="bernoulli", tol=1e-10, max_iter=500)
+    np.testing.assert_allclose(c.means, r.means, atol=1e-9)
+    np.testing.assert_allclose(c.weights, r.weights, atol=1e-9)
+    assert c.log_likelihood == pytest.approx(r.log_likelihood, rel=1e-10)
+
+
+def test_em_input_validation() -> None:
+    X = sp.csr_array(np.array([[1.0, 0.0], [0.0, 1.0]]))
+    mu = np.array([[0.5, 0.5], [0.4, 0.6]])
+    with pytest.raises(ValueError, match="binary"):
+        fit_mixture_em(X * 2, mu, [0.5, 0.5], family="bernoulli")
+    with pytest.raises(ValueError, match="features"):
+        fit_mixture_em(X, mu[:, :1], [0.5, 0.5], family="bernoulli")
+    with pytest.raises(ValueError, match="weights"):
+        fit_mixture_em(X, mu, [0.5, 0.3, 0.2], family="bernoulli")
+    with pytest.raises(ValueError, match="weights"):
+        fit_mixture_em(X, mu, [-0.5, 1.5], family="bernoulli")
+    with pytest.raises(ValueError, match="family"):
+        fit_mixture_em(X, mu, [0.5, 0.5], family="poisson")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="NaN"):
+        fit_mixture_em(np.array([[np.nan, 1.0]]), mu, [0.5, 0.5], family="bernoulli")

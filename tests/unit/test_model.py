@@ -1,0 +1,131 @@
+"""The immutable hierarchy model: routing rules, margins, validation, serialisation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from streammom.model import HierarchyModel, Router, TreeNode, map_router
+from streammom.serialization import SnapshotFormatError
+
+
+def _tree(d: int = 4, version: int = 3) -> HierarchyModel:
+    """Root splits by D-SIDIWO on {0,1} vs {2,3}; node 2 splits by Bernoulli MAP on 2 vs 3."""
+    root = TreeNode(0, -1, 0, 10.0, np.full(d, 0.5), (1, 2),
+                    Router(np.array([[1.0, 1, 0, 0], [0, 0, 1, 1]]), np.zeros(2), absolute=True))
+    left = TreeNode(1, 0, 1, 5.0, np.array([0.9, 0.9, 0.0, 0.0]))
+    right = TreeNode(2, 0, 1, 5.0, np.array([0.0, 0.0, 0.5, 0.5]), (3, 4),
+                     map_router(np.array([[0.1, 0.1, 0.9, 0.1], [0.1, 0.1, 0.1, 0.9]]),
+                                np.array([0.5, 0.5]), "bernoulli"))
+    a = TreeNode(3, 2, 2, 2.5, np.array([0.0, 0.0, 0.9, 0.1]))
+    b = TreeNode(4, 2, 2, 2.5, np.array([0.0, 0.0, 0.1, 0.9]))
+    return HierarchyModel([b, a, right, left, root], n_features=d, feature_names=list("abcd"),
+                          version=version)
+
+
+def test_routing_follows_each_router_rule() -> None:
+    model = _tree()
+    X = np.array([[1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 1, 1]], dtype=float)
+    routing = model.route(X)
+    assert routing.leaf_ids.tolist() == [1, 3, 4, 3]  # last row: tie at node 2 goes to child 0
+    assert routing.paths[:, 0].tolist() == [0, 0, 0, 0]
+    assert routing.paths[0].tolist() == [0, 1, -1]
+    assert np.isnan(routing.margins[0, 1])
+    # D-SIDIWO margin = ||<d0,x>| − |<d1,x>||; MAP margin = log-posterior ratio.
+    assert routing.margins[0, 0] == pytest.approx(2.0)
+    expected_map = np.log(0.9 / 0.1) * 2  # x2 contributes log μ/(1−μ) difference twice
+    assert routing.margins[1, 1] == pytest.approx(expected_map)
+    assert routing.model_version == 3
+
+
+def test_absolute_router_uses_magnitude() -> None:
+    d = 2
+    root = TreeNode(0, -1, 0, 2.0, np.full(d, 0.5), (1, 2),
+                    Router(np.array([[-3.0, 0.0], [0.0, 1.0]]), np.zeros(2), absolute=True))
+    leaves = [TreeNode(i, 0, 1, 1.0, np.full(d, 0.5)) for i in (1, 2)]
+    model = HierarchyModel([root, *leaves], n_features=d)
+    assert model.predict(np.array([[1.0, 1.0]])).tolist() == [1]
+
+
+def test_sparse_dense_and_chunked_routing_agree() -> None:
+    model = _tree()
+    rng = np.random.default_rng(1)
+    X = (rng.random((70_000, 4)) < 0.4).astype(float)
+    dense = model.route(X)
+    sparse = model.route(sp.csr_matrix(X))
+    np.testing.assert_array_equal(dense.leaf_ids, sparse.leaf_ids)
+    np.testing.assert_array_equal(dense.margins, sparse.margins)
+    assert set(np.unique(dense.leaf_ids)) <= set(model.leaf_ids)
+
+
+def test_records_are_plain_json_types() -> None:
+    rec = _tree().route(np.array([[0.0, 0, 1, 0]])).records()[0]
+    assert rec == {"leaf_id": 3, "path": [0, 2, 3], "margins": rec["margins"], "model_version": 3}
+    assert len(rec["margins"]) == 2 and all(isinstance(m, float) for m in rec["margins"])
+
+
+def test_round_trip_is_byte_identical_and_float32_is_close() -> None:
+    model = _tree()
+    raw = model.to_bytes()
+    again = HierarchyModel.from_bytes(raw)
+    assert again.to_bytes() == raw
+    X = np.eye(4)
+    np.testing.assert_array_equal(again.predict(X), model.predict(X))
+    compact = HierarchyModel.from_bytes(model.to_bytes(dtype=np.float32))
+    np.testing.assert_array_equal(compact.predict(X), model.predict(X))
+    assert len(model.to_bytes(dtype=np.float32)) <= len(raw)
+
+
+def test_top_features_ranks_by_relevance_against_root() -> None:
+    top = _tree().top_features(3, n=1)
+    assert [f.name for f in top] == ["c"]
+
+
+def test_path_and_leaves() -> None:
+    model = _tree()
+    assert model.leaf_ids == (1, 3, 4)
+    assert model.path_to(4) == [0, 2, 4]
+    assert model.max_depth == 2
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda n: [n[0], n[1]],  # child 2 missing
+        lambda n: [n[1], n[2]],  # no root
+        lambda n: [n[0], n[1], n[2], TreeNode(9, -1, 0, 1.0, np.zeros(4))],  # two roots
+    ],
+)
+def test_invalid_trees_are_rejected(bad) -> None:
+    base = _tree()
+    nodes = [base.nodes[0], base.nodes[1], TreeNode(2, 0, 1, 1.0, np.zeros(4))]
+    with pytest.raises(ValueError):
+        HierarchyModel(bad(nodes), n_features=4)
+
+
+def test_input_validation() -> None:
+    model = _tree()
+    with pytest.raises(ValueError, match="features"):
+        model.predict(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="negative"):
+        model.predict(-np.ones((1, 4)))
+    with pytest.raises(ValueError, match="NaN"):
+        model.predict(np.full((1, 4), np.nan))
+
+
+def test_from_archive_rejects_other_kinds_and_versions() -> None:
+    manifest, arrays = _tree().to_archive()
+    with pytest.raises(SnapshotFormatError, match="not a hierarchy model"):
+        HierarchyModel.from_archive({**manifest, "kind": "other"}, arrays)
+    with pytest.raises(SnapshotFormatError, match="schema version"):
+        HierarchyModel.from_archive({**manifest, "schema_version": 99}, arrays)
+    with pytest.raises(SnapshotFormatError, match="malformed"):
+        HierarchyModel.from_archive(manifest, {"means": arrays["means"]})
+
+
+def test_map_router_floors_probabilities() -> None:
+    router = map_router(np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([1.0, 0.0]), "bernoulli")
+    assert np.isfinite(router.weights).all() and np.isfinite(router.bias).all()
+    topic = map_router(np.array([[0.0, 1.0], [0.5, 0.5]]), np.array([0.5, 0.5]), "multinomial")
+    np.testing.assert_allclose(np.exp(topic.weights).sum(axis=1), 1.0)
