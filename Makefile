@@ -39,7 +39,7 @@ kafka-libs: $(KAFKA_LIBS)/.resolved
 # Debian tools the tests drive for real (promtool/prometheus, headless chromium).
 system-deps:
 	@need=""; \
-	command -v promtool >/dev/null || need="$$need prometheus"; \
+	{ command -v promtool && command -v prometheus; } >/dev/null || need="$$need prometheus"; \
 	command -v chromium >/dev/null || need="$$need chromium"; \
 	if [ -n "$$need" ]; then \
 	  echo "installing Debian packages:$$need"; \

@@ -1,0 +1,143 @@
+"""deploy/k8s: schema-valid (kubernetes-validate, strict) and wired to the daemon contract."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from deploy_helpers import CONTRACT_ENV, DEPLOY, HTTP_PORT, run, tool
+
+K8S = DEPLOY / "k8s"
+#: Oldest and newest minor versions we validate against (both bundled with kubernetes-validate).
+K8S_VERSIONS = ("1.30.0", "1.35.0")
+LABELS = {"app.kubernetes.io/name": "streammom", "app.kubernetes.io/component": "worker"}
+
+
+def _manifest_files() -> list[Path]:
+    return sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+@pytest.fixture(scope="module")
+def resources() -> dict[tuple[str, str], dict[str, Any]]:
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in _manifest_files():
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                out[(doc["kind"], doc["metadata"]["name"])] = doc
+    return out
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_kubernetes_validate_strict(version: str) -> None:
+    files = [str(p) for p in _manifest_files()]
+    assert len(files) >= 4
+    result = run([tool("kubernetes-validate"), "--strict", "-k", version, *files])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("passed") >= 5, result.stdout
+
+
+def test_kubernetes_validate_bites(tmp_path: Path) -> None:
+    sts = yaml.safe_load((K8S / "statefulset.yaml").read_text())
+    sts["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {"httpGet": {"port": 1}}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(sts))
+    result = run([tool("kubernetes-validate"), "--strict", "-k", K8S_VERSIONS[-1], str(bad)])
+    assert result.returncode != 0
+    assert "livenesProbe" in result.stdout + result.stderr
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert kustomization["kind"] == "Kustomization"
+    assert sorted(kustomization["resources"]) == sorted(p.name for p in _manifest_files())
+
+
+def _container(resources: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    sts = resources[("StatefulSet", "streammom")]
+    [container] = sts["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_statefulset(resources: dict[tuple[str, str], dict[str, Any]]) -> None:
+    sts = resources[("StatefulSet", "streammom")]
+    spec = sts["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["selector"]["matchLabels"] == LABELS
+    assert LABELS.items() <= spec["template"]["metadata"]["labels"].items()
+    assert resources[("Service", spec["serviceName"])]["spec"]["clusterIP"] == "None"
+    assert 1 <= spec["replicas"] <= 6  # <= partitions of the input topic
+    assert pod["terminationGracePeriodSeconds"] == 60
+    assert pod["enableServiceLinks"] is False
+    psc = pod["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] == 10001 and psc["fsGroup"] == 10001
+
+    c = _container(resources)
+    assert c["args"][0] == "run"
+    assert c["args"][c["args"].index("--config") + 1] == "/etc/streammom/streammom.toml"
+    csc = c["securityContext"]
+    assert csc["readOnlyRootFilesystem"] is True
+    assert csc["allowPrivilegeEscalation"] is False
+    assert csc["capabilities"]["drop"] == ["ALL"]
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(c["resources"][kind]), kind
+    assert [p["containerPort"] for p in c["ports"] if p["name"] == "http"] == [HTTP_PORT]
+
+    env = {e["name"]: e for e in c["env"]}
+    assert set(env) <= CONTRACT_ENV, set(env) - CONTRACT_ENV
+    gid = env["STREAMMOM_KAFKA__GROUP_INSTANCE_ID"]
+    assert gid["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["STREAMMOM_HTTP__PORT"]["value"] == str(HTTP_PORT)
+
+
+def test_probes(resources: dict[tuple[str, str], dict[str, Any]]) -> None:
+    c = _container(resources)
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["startupProbe"]["httpGet"]["path"] == "/healthz"
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert c[probe]["httpGet"]["port"] in ("http", HTTP_PORT)
+    startup = c["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120  # state restore
+
+
+def test_volumes_writable_state_only(resources: dict[tuple[str, str], dict[str, Any]]) -> None:
+    sts = resources[("StatefulSet", "streammom")]
+    c = _container(resources)
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    [claim] = sts["spec"]["volumeClaimTemplates"]
+    assert mounts["/var/lib/streammom"]["name"] == claim["metadata"]["name"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert mounts["/etc/streammom"]["readOnly"] is True
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    config_map = volumes[mounts["/etc/streammom"]["name"]]["configMap"]["name"]
+    assert "streammom.toml" in resources[("ConfigMap", config_map)]["data"]
+
+
+def test_configmap_toml_matches_the_example(
+    resources: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    cm = tomllib.loads(resources[("ConfigMap", "streammom-config")]["data"]["streammom.toml"])
+    example = tomllib.loads((DEPLOY / "streammom.toml").read_text())
+    assert {s: set(v) for s, v in cm.items()} == {s: set(v) for s, v in example.items()}
+    assert cm["http"]["port"] == HTTP_PORT
+    assert cm["checkpoint"]["dir"] == "/var/lib/streammom"
+    assert cm["topics"] == example["topics"]
+
+
+def test_services_and_pdb(resources: dict[tuple[str, str], dict[str, Any]]) -> None:
+    metrics = resources[("Service", "streammom-metrics")]
+    annotations = metrics["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(HTTP_PORT)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    for kind, name in resources:
+        if kind == "Service":
+            svc = resources[(kind, name)]["spec"]
+            assert svc["selector"] == LABELS
+            assert [p["port"] for p in svc["ports"]] == [HTTP_PORT]
+    pdb = resources[("PodDisruptionBudget", "streammom")]["spec"]
+    assert pdb["maxUnavailable"] == 1
+    assert pdb["selector"]["matchLabels"] == LABELS
