@@ -27,12 +27,15 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 # Apache Kafka broker jars from Maven Central (pinned in the POM), for the test broker.
+# Resolved into a temp dir then swapped in: a POM bump never leaves two Kafka versions mixed.
 $(KAFKA_LIBS)/.resolved: $(KAFKA_POM)
-	mkdir -p $(KAFKA_LIBS)
+	rm -rf $(KAFKA_LIBS).tmp
 	mvn -B -q -f $(KAFKA_POM) \
 	    org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-	    -DincludeScope=runtime -DoutputDirectory=$(KAFKA_LIBS)
-	touch $@
+	    -DincludeScope=runtime -DoutputDirectory=$(KAFKA_LIBS).tmp
+	touch $(KAFKA_LIBS).tmp/.resolved
+	rm -rf $(KAFKA_LIBS)
+	mv $(KAFKA_LIBS).tmp $(KAFKA_LIBS)
 
 kafka-libs: $(KAFKA_LIBS)/.resolved
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -21,7 +22,9 @@ def _print_version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version."),
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
     ] = False,
 ) -> None:
     """streammom: streaming method-of-moments clustering."""
@@ -31,6 +34,205 @@ def _root(
 def version() -> None:
     """Print the version."""
     typer.echo(f"streammom {__version__}")
+
+
+@app.command()
+def dev_broker(
+    port: Annotated[int, typer.Option(help="PLAINTEXT port on 127.0.0.1 (0 = a free one).")] = 0,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Persistent data dir (default: temp dir, deleted).")
+    ] = None,
+) -> None:
+    """Run a local Apache Kafka broker (KRaft, 127.0.0.1) until Ctrl-C."""
+    from service.devbroker import serve  # lazy: keeps `streammom --help` fast
+
+    raise typer.Exit(serve(port=port, data_dir=data_dir))
+
+
+# --------------------------------------------------------------------------- daemon commands
+# Thin wrappers: the logic lives in service/commands/*.py (imported lazily: fast --help).
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="TOML config file (else $STREAMMOM_CONFIG).",
+                 exists=True, dir_okay=False),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a setting: section.key=value (repeatable)."),
+]
+config_app = typer.Typer(no_args_is_help=True, help="Inspect the resolved configuration.")
+app.add_typer(config_app, name="config")
+
+
+def _settings(config: Path | None, sets: list[str] | None, **flags: dict) -> object:
+    from service.config import ConfigError, load_settings, merge_overrides, parse_set_overrides
+
+    try:
+        return load_settings(config, merge_overrides(flags, parse_set_overrides(sets)))
+    except (ConfigError, ValueError) as exc:
+        typer.echo(f"invalid configuration: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    input: Annotated[str | None, typer.Option("--input", "-i",
+                     help="Embedded mode: JSONL events file or '-' (stdin); no broker.")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o",
+                      help="Embedded mode: assignments JSONL file or '-' (stdout).")] = None,
+    dead_letters: Annotated[str | None, typer.Option(
+        help="Embedded mode: dead-letter JSONL file (original bytes base64 + headers).")] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka bootstrap servers.")] = None,
+    group_id: Annotated[str | None, typer.Option(help="Kafka consumer group.")] = None,
+    checkpoint_dir: Annotated[Path | None, typer.Option(help="Checkpoint directory.")] = None,
+    http_port: Annotated[int | None, typer.Option(help="Metrics/health port.")] = None,
+    serve_http: Annotated[bool | None, typer.Option(
+        "--serve-http/--no-serve-http", help="Serve /metrics etc. (default: Kafka mode only).")
+    ] = None,
+) -> None:
+    """Run the daemon: Kafka in → assignments/models/dead letters out (or JSONL files)."""
+    from service.commands.run import run_daemon
+
+    settings = _settings(config, sets, kafka={"bootstrap_servers": bootstrap_servers,
+                                              "group_id": group_id},
+                         checkpoint={"dir": checkpoint_dir}, http={"port": http_port})
+    raise typer.Exit(run_daemon(settings, input_path=input, output=output,
+                                dead_letters=dead_letters, serve_http=serve_http))
+
+
+@app.command()
+def fit(
+    input: Annotated[str, typer.Argument(help="Events JSONL, or CSV (a row of codes per event).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Snapshot file to write.")],
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    batch_size: Annotated[int, typer.Option(min=1)] = 5000,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+) -> None:
+    """Fit a fresh engine on a file (batch) and write its snapshot."""
+    import json
+
+    from service.commands.offline import fit_file
+
+    s = _settings(config, sets)
+    summary = fit_file(input, str(output), s.model, batch_size=batch_size, limits=s.limits,
+                       progress=progress)
+    typer.echo(json.dumps(summary))
+
+
+@app.command()
+def assign(
+    snapshot: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
+                                             help="Engine snapshot, checkpoint or model file.")],
+    input: Annotated[str, typer.Argument(help="Events JSONL (or CSV of codes), '-' = stdin.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Assignments JSONL.")] = "-",
+) -> None:
+    """Assign events to leaves with a snapshot's model (no learning)."""
+    import json
+
+    from service.commands.offline import assign_file
+
+    counts = assign_file(str(snapshot), input, output)
+    typer.echo(json.dumps(counts), err=True)
+
+
+@app.command()
+def inspect(
+    snapshot: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
+                                             help="Engine snapshot, checkpoint or model file.")],
+    top: Annotated[int, typer.Option(min=1, help="Top features per node.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a tree.")] = False,
+) -> None:
+    """Show a snapshot's hierarchy with weights and top features by relevance."""
+    import json
+
+    from service.commands.offline import load_snapshot, model_tree, render_tree
+
+    tree = model_tree(load_snapshot(snapshot).model, top=top)
+    if as_json:
+        typer.echo(json.dumps(tree, indent=2))
+    else:
+        from rich.console import Console
+
+        Console().print(render_tree(tree))
+
+
+@app.command()
+def demo(
+    patients: Annotated[int, typer.Option(min=100, help="Synthetic patients.")] = 30_000,
+    seed: Annotated[int, typer.Option(help="Cohort seed.")] = 0,
+) -> None:
+    """Stream a SYNTHETIC ICD-10-CM cohort through the daemon loop (no broker) and report."""
+    from service.commands.demo import print_demo, run_demo
+
+    print_demo(run_demo(patients, seed=seed))
+
+
+@app.command()
+def produce_sample(
+    events: Annotated[int, typer.Option(min=1, help="Number of valid events.")] = 10_000,
+    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap HOST:PORT.")] = None,
+    topic: Annotated[str, typer.Option(help="Kafka topic.")] = "streammom.events",
+    output: Annotated[str | None, typer.Option(help="Write JSONL here instead ('-' = stdout).")
+                      ] = None,
+    rate: Annotated[float, typer.Option(min=0, help="Events per second (0 = unlimited).")] = 0.0,
+    seed: Annotated[int, typer.Option()] = 0,
+    malformed_every: Annotated[int, typer.Option(
+        min=0, help="Insert a malformed message after every N events (0 = never).")] = 0,
+) -> None:
+    """Produce synthetic encounter events (SYNTHETIC cohort) to Kafka or a file."""
+    from service.commands.produce import produce_sample as produce
+
+    if output is None and bootstrap is None:
+        typer.echo("give --bootstrap (Kafka) or --output (file)", err=True)
+        raise typer.Exit(2)
+    n = produce(events=events, topic=topic, bootstrap=bootstrap, output=output, rate=rate,
+                seed=seed, malformed_every=malformed_every)
+    typer.echo(f"produced {n} messages", err=True)
+
+
+@app.command()
+def report(
+    snapshot: Annotated[Path, typer.Argument(help="Model archive, engine snapshot or checkpoint.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")],
+    events: Annotated[Path | None, typer.Option(help="Events JSONL: adds a heatmap.")] = None,
+    codes: Annotated[str, typer.Option(help="auto, none, icd10, icd9 or a code,name CSV.")
+                     ] = "auto",
+    lam: Annotated[float, typer.Option(min=0.0, max=1.0, help="Relevance λ.")] = 0.7,
+    png: Annotated[Path | None, typer.Option(help="Also write the figures as PNG here.")] = None,
+    svg: Annotated[Path | None, typer.Option(help="Also write the figures as SVG here.")] = None,
+) -> None:
+    """Write a self-contained HTML report (tree, frequency chart, heatmap) of a snapshot."""
+    from service.commands.report import run_report
+
+    raise typer.Exit(run_report(snapshot, output, events=events, codes=codes, lam=lam,
+                                png_dir=png, svg_dir=svg))
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of input events."""
+    import json
+
+    from service.events import event_json_schema
+
+    typer.echo(json.dumps(event_json_schema(), indent=2))
+
+
+@config_app.command("show")
+def config_show(
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="toml or json.")] = "toml",
+) -> None:
+    """Print the resolved configuration (defaults < TOML < env < flags), secrets masked."""
+    from service.config import dump_settings
+
+    if fmt not in ("toml", "json"):
+        raise typer.BadParameter("--format must be toml or json")
+    typer.echo(dump_settings(_settings(config, sets), fmt))  # type: ignore[arg-type]
 
 
 def main() -> None:
