@@ -4,5 +4,19 @@ The library knows nothing of Kafka or HTTP; the daemon lives in ``service``.
 """
 
 from streammom._version import __version__
+from streammom.engine import StreamingHierarchy
+from streammom.hierarchical import HierarchicalMoM
+from streammom.moments import MomentAccumulator
+from streammom.relevance import top_features
+from streammom.spectral import SpectralMixture
+from streammom.vocab import Vocabulary
 
-__all__ = ["__version__"]
+__all__ = [
+    "HierarchicalMoM",
+    "MomentAccumulator",
+    "SpectralMixture",
+    "StreamingHierarchy",
+    "Vocabulary",
+    "__version__",
+    "top_features",
+]

@@ -1,0 +1,1176 @@
+"""The streaming hierarchy engine: learn / assign / refit / snapshot (design §3, §5).
+
+:class:`StreamingHierarchy` keeps one :class:`~streammom.moments.MomentAccumulator` and one
+:class:`~streammom.reservoir.Reservoir` per node of a binary tree and publishes the current
+routing model as an immutable :class:`~streammom.model.HierarchyModel` (``model_``).
+
+Hot path (``learn``), per batch, with no per-event Python loop:
+
+1. route the batch root → leaf with ``model_`` (one sparse-dense product + a walk per level);
+2. sort rows by the DFS rank of their leaf, so every node's rows are one contiguous slice;
+3. per node on the paths: W, s (and T1–T3), T in the node's own basis, reservoir offers; C only
+   at leaves — an internal node's C is its frozen offset plus its children's C (design §3);
+4. run the refit policy (every ``refit_every`` events and/or ``refit_every_seconds`` of event
+   time, never wall-clock, so runs are reproducible).
+
+Decay is exact exponential forgetting with a lazy global scale: an event at time τ is stored with
+weight w·2^((τ − τ_ref)/H), so nothing is rescaled per batch; the true (decayed) sums are the
+stored ones times 2^(−(now − τ_ref)/H). Moments are ratios of sums, so the scale cancels; only
+absolute thresholds (``min_split_weight``) use it. The stored sums are renormalised (τ_ref ← now)
+when the exponent grows past 64 — exact up to rounding.
+
+``refit()`` works top-down (design §5): each internal node whose sums changed enough recomputes
+its split (``compute_split`` with the previous discriminators as reference, so child order and
+ids stay stable); if the new router sends more than ``resplit_threshold`` of the node's
+reservoir to the other child, the subtree is rebuilt from the reservoir ("re-split"); a child
+whose decayed weight fell below ``prune_fraction`` of its parent's is merged back ("prune");
+then leaves heavy enough split when depth, leaf budget and split quality allow ("split").
+Children start from the parent's reservoir routed by the new split and scaled to the parent's
+weight. Every change bumps ``model_version_`` and appends lineage records.
+
+Refit cost is bounded and does not grow with the stream: internal C's are assembled bottom-up
+only where needed (one add per node); the top eigenpairs of M2 come from a block Krylov–
+Rayleigh–Ritz solve warm-started from the node's tracked basis (a few float32 ``ssymm``
+products with the upper triangle of C, never a d×d eigendecomposition); ``compute_split`` then
+gets M2 as a rank-p operator with exactly those eigenpairs; the basis is rebased only when the
+top-2 eigenvectors leave its span; and a node is refit only after new weight ≥ f × its weight,
+f doubling after every refit that barely moved its router (capped, reset on change).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from streammom._validation import as_csr, as_weights, check_random_state_int
+from streammom.decompose import top_eigenpairs
+from streammom.model import HierarchyModel, Router, Routing, TreeNode
+from streammom.moments import MomentAccumulator, SymmetricMatrix, row_sums
+from streammom.reservoir import Reservoir
+from streammom.serialization import SnapshotFormatError, archive_bytes, read_archive
+from streammom.split import NodeMoments, Split, compute_split
+from streammom.vocab import Vocabulary
+
+__all__ = ["ENGINE_SCHEMA_VERSION", "StreamingHierarchy"]
+
+ENGINE_SCHEMA_VERSION = 1
+_RENORM_EXPONENT = 64.0
+_SPARSE_BASIS_MIN_ROWS = 4
+_EIG_TOL = 1e-4
+_EIG_WARM_ITER = 40
+_EIG_COLD_ITER = 200
+
+
+@dataclass
+class _Node:
+    """Mutable per-node state of the engine (the published tree is ``model_``)."""
+
+    node_id: int
+    parent: int
+    depth: int
+    acc: MomentAccumulator
+    reservoir: Reservoir
+    children: list[int] = field(default_factory=list)
+    router: Router | None = None
+    discriminators: np.ndarray | None = None
+    quality: dict[str, float] = field(default_factory=dict)
+    fresh: float = 0.0  # stored weight received since this node's last refit
+    backoff: int = 0  # consecutive stable refits (each doubles the new-weight fraction needed)
+    born_version: int = 0
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+def _row_slice(X: sp.csr_array, a: int, b: int) -> sp.csr_array:
+    """Rows a:b of a CSR array as a view (no copy of indices/data)."""
+    ia, ib = int(X.indptr[a]), int(X.indptr[b])
+    out = sp.csr_array(
+        (X.data[ia:ib], X.indices[ia:ib], X.indptr[a : b + 1] - ia), shape=(b - a, X.shape[1])
+    )
+    out.has_sorted_indices = True
+    return out
+
+
+def _looks_like_events(X: Any) -> bool:
+    """Raw events (token lists / count dicts) rather than a matrix-like batch."""
+    if not isinstance(X, list | tuple) or not X:
+        return False
+    first = X[0]
+    if isinstance(first, Mapping):
+        return True
+    return isinstance(first, list | tuple) and (not first or isinstance(first[0], str))
+
+
+def _router_side(router: Router, X: sp.csr_array) -> np.ndarray:
+    """0/1 child of every row under one router (same rule as HierarchyModel.route)."""
+    scores = np.asarray(X @ router.weights.T) + router.bias
+    if router.absolute:
+        scores = np.abs(scores)
+    return (scores[:, 1] > scores[:, 0]).astype(np.int64)
+
+
+def _complete_basis(V: np.ndarray, m: int, d: int, seed: int) -> np.ndarray:
+    """Orthonormalise V (d × ≤m) and pad it to m columns with a seeded complement."""
+    Q, _ = np.linalg.qr(V) if V.shape[1] else (np.zeros((d, 0)), None)
+    if Q.shape[1] >= m:
+        return np.ascontiguousarray(Q[:, :m])
+    extra = np.random.default_rng(seed).standard_normal((d, m - Q.shape[1]))
+    extra -= Q @ (Q.T @ extra)
+    Q2, _ = np.linalg.qr(extra)
+    return np.ascontiguousarray(np.hstack([Q, Q2]))
+
+
+def _block_krylov_top(
+    matmul: Any, V: np.ndarray, *, k: int, tol: float, max_iter: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Top eigenpairs by Rayleigh–Ritz on span[V, AV], iterated (a block Davidson step).
+
+    Returns (values desc, vectors) of the p = V.shape[1] leading Ritz pairs once the k leading
+    residuals ‖A u − θ u‖ are ≤ tol·|θ₁|, or None after ``max_iter`` iterations. One product
+    with p columns per iteration (A V is carried over); deterministic.
+    """
+    p = V.shape[1]
+    AV = matmul(V)
+    for _ in range(max_iter):
+        Wd = AV - V @ (V.T @ AV)
+        Wd -= V @ (V.T @ Wd)
+        Wq, _ = np.linalg.qr(Wd)
+        AW = matmul(Wq)
+        K = np.hstack([V, Wq])
+        AK = np.hstack([AV, AW])
+        H = K.T @ AK
+        theta, Y = np.linalg.eigh((H + H.T) / 2.0)
+        order = np.argsort(theta)[::-1][:p]
+        theta, Y = theta[order], Y[:, order]
+        V, AV = K @ Y, AK @ Y
+        R = AV[:, :k] - V[:, :k] * theta[:k]
+        scale = max(abs(float(theta[0])), np.finfo(float).tiny)
+        if float(np.max(np.linalg.norm(R, axis=0))) <= tol * scale:
+            return theta, V
+    return None
+
+
+def _low_rank_operator(vals: np.ndarray, vecs: np.ndarray) -> spla.LinearOperator:
+    """V diag(θ) Vᵀ + σ (I − V Vᵀ), σ below every θ: same top eigenpairs, O(d·p) matvec."""
+    d = vecs.shape[0]
+    sigma = float(vals.min()) - max(abs(float(vals[0])), 1e-300)
+    shift = vals - sigma
+
+    def matvec(x: np.ndarray) -> np.ndarray:
+        x2 = np.asarray(x, dtype=np.float64).reshape(d, -1)
+        out = vecs @ (shift[:, None] * (vecs.T @ x2)) + sigma * x2
+        return out.reshape(np.shape(x))
+
+    return spla.LinearOperator((d, d), matvec=matvec, matmat=matvec, dtype=np.float64)
+
+
+class StreamingHierarchy:
+    """Streaming hierarchical clustering with the spectral method of moments (design §5).
+
+    Parameters
+    ----------
+    n_features:
+        Dimension d (inferred from the first batch, or from ``vocabulary``, when None).
+    vocabulary:
+        Optional :class:`~streammom.vocab.Vocabulary`; ``learn``/``assign`` then also accept
+        raw events (token lists or count dicts), and snapshots include it.
+    max_depth, max_leaves, min_split_weight:
+        A leaf splits only when its depth < ``max_depth``, the tree has < ``max_leaves`` leaves
+        and its decayed weight ≥ ``min_split_weight`` (and the split quality allows, below).
+    half_life, half_life_unit:
+        Exponential forgetting: an event's weight halves every ``half_life`` events or seconds
+        of event time (``timestamps`` required for seconds). None: no forgetting.
+    refit_every, refit_every_seconds:
+        Refit policy: after the batch in which this many events (or event-time seconds) passed
+        since the last refit. None disables a trigger; ``refit()`` can always be called.
+    reservoir_size:
+        Events kept per node (the bounded sample children and repairs start from).
+    basis_dim:
+        m, the dimension of the tracked third-order basis (oversampling the top-2 eigenspace).
+    method, family:
+        ``"dsidiwo"`` or ``"sidiwo"``; ``"bernoulli"`` (code sets, raw moments) or
+        ``"multinomial"`` (token counts, single-topic estimators).
+    random_state:
+        Integer seed of every random choice (reservoirs, eigensolver starts).
+    refit_min_new_fraction, refit_max_new_fraction, stable_share:
+        A node is refit only after receiving new weight ≥ f × its weight, where f starts at
+        ``refit_min_new_fraction`` and doubles after every refit that re-routed at most
+        ``stable_share`` of the node's reservoir (capped at ``refit_max_new_fraction``; reset by
+        any larger change). Under decay the cap bounds the reaction time to about
+        log2(1/(1 − cap)) half-lives of the node's own events.
+    resplit_threshold:
+        Share of a node's reservoir that must change child under the recomputed router for
+        the subtree to be rebuilt (below it the router is updated in place).
+    prune_fraction:
+        A node's children are merged back when one has < this fraction of the node's weight.
+    min_child_fraction, min_rotation_gap, min_spectral_gap:
+        Split quality floors: each child's share of the reservoir, the relative eigen-gap of G
+        (``rotation_gap``) and (λ₂ − λ₃)/λ₁ of M2 (design §4 "split quality").
+    basis_tol:
+        Rebase when ‖E† − E†PPᵀ‖/‖E†‖ exceeds this (design §3 "basis drift").
+    min_reservoir_split:
+        Reservoir rows a node needs before it may split.
+    max_lineage:
+        Lineage records kept in ``lineage_`` (oldest dropped).
+    chunk_size:
+        Rows per hot-path chunk (bounds temporary memory).
+    """
+
+    def __init__(
+        self,
+        n_features: int | None = None,
+        vocabulary: Vocabulary | None = None,
+        *,
+        max_depth: int = 4,
+        max_leaves: int = 16,
+        min_split_weight: float = 500.0,
+        half_life: float | None = None,
+        half_life_unit: Literal["events", "seconds"] = "events",
+        refit_every: int | None = 10_000,
+        refit_every_seconds: float | None = None,
+        reservoir_size: int = 1024,
+        basis_dim: int = 8,
+        method: Literal["dsidiwo", "sidiwo"] = "dsidiwo",
+        family: Literal["bernoulli", "multinomial"] = "bernoulli",
+        random_state: int = 0,
+        refit_min_new_fraction: float = 0.1,
+        refit_max_new_fraction: float = 0.25,
+        stable_share: float = 0.02,
+        resplit_threshold: float = 0.25,
+        prune_fraction: float = 0.02,
+        min_child_fraction: float = 0.05,
+        min_rotation_gap: float = 0.0,
+        min_spectral_gap: float = 0.0,
+        basis_tol: float = 0.05,
+        min_reservoir_split: int = 32,
+        max_lineage: int = 10_000,
+        chunk_size: int = 32_768,
+    ) -> None:
+        self.vocabulary = vocabulary
+        if vocabulary is not None:
+            if n_features is not None and int(n_features) != vocabulary.n_features:
+                raise ValueError("n_features does not match the vocabulary's n_features")
+            n_features = vocabulary.n_features
+        self.max_depth = int(max_depth)
+        self.max_leaves = int(max_leaves)
+        self.min_split_weight = float(min_split_weight)
+        self.half_life = None if half_life is None else float(half_life)
+        self.half_life_unit = half_life_unit
+        self.refit_every = None if refit_every is None else int(refit_every)
+        self.refit_every_seconds = (
+            None if refit_every_seconds is None else float(refit_every_seconds)
+        )
+        self.reservoir_size = int(reservoir_size)
+        self.basis_dim = int(basis_dim)
+        self.method = method
+        self.family = family
+        self.random_state = check_random_state_int(random_state)
+        self.refit_min_new_fraction = float(refit_min_new_fraction)
+        self.refit_max_new_fraction = float(refit_max_new_fraction)
+        self.stable_share = float(stable_share)
+        self.resplit_threshold = float(resplit_threshold)
+        self.prune_fraction = float(prune_fraction)
+        self.min_child_fraction = float(min_child_fraction)
+        self.min_rotation_gap = float(min_rotation_gap)
+        self.min_spectral_gap = float(min_spectral_gap)
+        self.basis_tol = float(basis_tol)
+        self.min_reservoir_split = int(min_reservoir_split)
+        self.max_lineage = int(max_lineage)
+        self.chunk_size = int(chunk_size)
+        self._validate_config()
+
+        self.n_features_: int | None = None
+        self.nodes_: dict[int, _Node] = {}
+        self.root_id_ = 0
+        self.model_: HierarchyModel | None = None
+        self.model_version_ = 0
+        self.lineage_: list[dict[str, Any]] = []
+        self.n_events_seen_ = 0
+        self.last_refit_duration_ = 0.0
+        self.last_refit_time_: float | None = None
+        self.n_rebases_ = 0
+        self.n_refits_ = 0
+        self._next_id = 1
+        self._batch_counter = 0
+        self._events_since_refit = 0
+        self._time_ref: float | None = None
+        self._clock: float | None = None
+        self._refit_clock: float | None = None
+        if n_features is not None:
+            self._init_tree(int(n_features))
+
+    # ------------------------------------------------------------------ config
+    _CONFIG_KEYS = (
+        "max_depth", "max_leaves", "min_split_weight", "half_life", "half_life_unit",
+        "refit_every", "refit_every_seconds", "reservoir_size", "basis_dim", "method", "family",
+        "random_state", "refit_min_new_fraction", "refit_max_new_fraction", "stable_share",
+        "resplit_threshold", "prune_fraction",
+        "min_child_fraction", "min_rotation_gap", "min_spectral_gap", "basis_tol",
+        "min_reservoir_split", "max_lineage", "chunk_size",
+    )
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor keywords (JSON-able), as stored in snapshots."""
+        return {k: getattr(self, k) for k in self._CONFIG_KEYS}
+
+    def _validate_config(self) -> None:
+        if self.max_depth < 0 or self.max_leaves < 1:
+            raise ValueError("max_depth must be ≥ 0 and max_leaves ≥ 1")
+        if self.min_split_weight < 0:
+            raise ValueError("min_split_weight must be non-negative")
+        if self.half_life is not None and not (math.isfinite(self.half_life)
+                                               and self.half_life > 0):
+            raise ValueError("half_life must be positive")
+        if self.half_life_unit not in ("events", "seconds"):
+            raise ValueError("half_life_unit must be 'events' or 'seconds'")
+        if self.refit_every is not None and self.refit_every < 1:
+            raise ValueError("refit_every must be ≥ 1 or None")
+        if self.refit_every_seconds is not None and not self.refit_every_seconds > 0:
+            raise ValueError("refit_every_seconds must be positive or None")
+        if self.reservoir_size < 2:
+            raise ValueError("reservoir_size must be ≥ 2")
+        if self.basis_dim < 2:
+            raise ValueError("basis_dim must be ≥ 2")
+        if self.method not in ("dsidiwo", "sidiwo"):
+            raise ValueError(f"method must be 'dsidiwo' or 'sidiwo', got {self.method!r}")
+        if self.family not in ("bernoulli", "multinomial"):
+            raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {self.family!r}")
+        if not 0 <= self.resplit_threshold <= 1 or not 0 <= self.prune_fraction < 0.5:
+            raise ValueError("resplit_threshold must be in [0, 1], prune_fraction in [0, 0.5)")
+        if not 0 <= self.min_child_fraction < 0.5:
+            raise ValueError("min_child_fraction must be in [0, 0.5)")
+        if not (self.refit_min_new_fraction >= 0 and self.refit_max_new_fraction >= 0
+                and 0 <= self.stable_share <= 1):
+            raise ValueError("refit fractions must be ≥ 0 and stable_share in [0, 1]")
+        if self.chunk_size < 1 or self.max_lineage < 0:
+            raise ValueError("chunk_size must be ≥ 1 and max_lineage ≥ 0")
+
+    # ------------------------------------------------------------------ tree helpers
+    def _new_node(self, node_id: int, parent: int, depth: int) -> _Node:
+        assert self.n_features_ is not None
+        return _Node(
+            node_id=node_id,
+            parent=parent,
+            depth=depth,
+            acc=MomentAccumulator(self.n_features_, family=self.family),
+            reservoir=Reservoir(self.reservoir_size, self.n_features_),
+            born_version=self.model_version_,
+        )
+
+    def _init_tree(self, d: int) -> None:
+        if d < 2:
+            raise ValueError("n_features must be ≥ 2")
+        self.n_features_ = d
+        self.nodes_ = {0: self._new_node(0, -1, 0)}
+        self.root_id_ = 0
+        self._rebuild_model()
+
+    def _scale(self) -> float:
+        """Factor turning stored sums into true (decayed) sums now."""
+        if self.half_life is None or self._time_ref is None or self._clock is None:
+            return 1.0
+        return float(np.exp2(-(self._clock - self._time_ref) / self.half_life))
+
+    def _subtree(self, node_id: int) -> list[int]:
+        out, stack = [], [node_id]
+        while stack:
+            v = stack.pop()
+            out.append(v)
+            stack.extend(reversed(self.nodes_[v].children))
+        return out
+
+    def _dfs(self) -> list[int]:
+        return self._subtree(self.root_id_)
+
+    def _rebuild_model(self) -> None:
+        """Publish the current tree as an immutable HierarchyModel; refresh grouping tables."""
+        assert self.n_features_ is not None
+        scale = self._scale()
+        nodes = []
+        for nid in self._dfs():
+            v = self.nodes_[nid]
+            nodes.append(
+                TreeNode(
+                    node_id=nid,
+                    parent=v.parent,
+                    depth=v.depth,
+                    weight=float(v.acc.weight * scale),
+                    mean=v.acc.first_moment(),
+                    children=tuple(v.children),
+                    router=v.router,
+                    quality=dict(v.quality),
+                )
+            )
+        names = self.vocabulary.feature_names if self.vocabulary is not None else None
+        self.model_ = HierarchyModel(
+            nodes,
+            n_features=self.n_features_,
+            family=self.family,
+            method=self.method,
+            version=self.model_version_,
+            feature_names=names,
+            metadata={"engine": "StreamingHierarchy", "n_events_seen": self.n_events_seen_},
+        )
+        # DFS leaf ranks: every node's rows are one contiguous slice after sorting by rank.
+        order = self._dfs()
+        leaves = [nid for nid in order if self.nodes_[nid].is_leaf]
+        rank = np.full(max(self.nodes_) + 1, -1, dtype=np.int64)
+        rank[leaves] = np.arange(len(leaves))
+        self._leaf_rank = rank
+        self._n_leaves = len(leaves)
+        span: dict[int, tuple[int, int]] = {}
+        for nid in reversed(order):
+            v = self.nodes_[nid]
+            if v.is_leaf:
+                r = int(rank[nid])
+                span[nid] = (r, r + 1)
+            else:
+                span[nid] = (span[v.children[0]][0], span[v.children[-1]][1])
+        self._spans = [(nid, span[nid][0], span[nid][1]) for nid in order]
+
+    # ------------------------------------------------------------------ input
+    def _as_matrix(self, X: Any) -> sp.csr_array:
+        if self.vocabulary is not None and _looks_like_events(X):
+            X = self.vocabulary.transform(X, binary=self.family == "bernoulli")
+        X = as_csr(X, self.n_features_)
+        X.eliminate_zeros()
+        if self.n_features_ is None:
+            self._init_tree(X.shape[1])
+        return X
+
+    def _check_timestamps(self, timestamps: Any, n: int) -> np.ndarray | None:
+        if timestamps is None:
+            if self.half_life is not None and self.half_life_unit == "seconds" and n:
+                raise ValueError("half_life_unit='seconds' needs timestamps")
+            return None
+        ts = np.asarray(timestamps, dtype=np.float64).ravel()
+        if ts.shape != (n,):
+            raise ValueError(f"timestamps has shape {ts.shape}, expected ({n},)")
+        if not np.isfinite(ts).all():
+            raise ValueError("timestamps must be finite")
+        return ts
+
+    def _stored_weights(self, w: np.ndarray, ts: np.ndarray | None) -> np.ndarray:
+        """Event weights in the lazily scaled units of the sums (and advance the clock)."""
+        n = w.size
+        if self.half_life is None or self.half_life_unit == "seconds":
+            tau = ts
+        else:
+            tau = self.n_events_seen_ + np.arange(n, dtype=np.float64)
+        if tau is None:
+            return w
+        top = float(tau.max())
+        self._clock = top if self._clock is None else max(self._clock, top)
+        if self._refit_clock is None:
+            self._refit_clock = float(tau.min())
+        if self.half_life is None:
+            return w
+        if self._time_ref is None:
+            self._time_ref = float(tau[0])
+        expo = (tau - self._time_ref) / self.half_life
+        if float(expo.max()) > _RENORM_EXPONENT:
+            self._renormalise(top)
+            expo = (tau - self._time_ref) / self.half_life
+        return w * np.exp2(expo)
+
+    def _renormalise(self, new_ref: float) -> None:
+        """Rescale every stored sum to the reference time ``new_ref`` (exact up to rounding)."""
+        assert self.half_life is not None and self._time_ref is not None
+        factor = float(np.exp2(-(new_ref - self._time_ref) / self.half_life))
+        for v in self.nodes_.values():
+            v.acc.decay(factor)
+            v.fresh *= factor
+        self._time_ref = new_ref
+
+    # ------------------------------------------------------------------ public API
+    def learn(self, X: Any, weights: Any = None, timestamps: Any = None) -> Routing:
+        """Route with the current model, add the batch to the sums on its paths, run the policy.
+
+        Returns the routing of the batch (leaf, path, margins, model version used).
+        """
+        X = self._as_matrix(X)
+        n = X.shape[0]
+        w = as_weights(weights, n)
+        ts = self._check_timestamps(timestamps, n)
+        assert self.model_ is not None
+        routing = self.model_.route(X)
+        if n:
+            stored = self._stored_weights(w, ts)
+            for start in range(0, n, self.chunk_size):
+                stop = min(start + self.chunk_size, n)
+                self._accumulate(X[start:stop] if (start or stop < n) else X,
+                                 stored[start:stop], routing.leaf_ids[start:stop])
+            self.n_events_seen_ += n
+            self._events_since_refit += n
+        if self._refit_due():
+            self.refit()
+        return routing
+
+    def partial_fit(self, X: Any, weights: Any = None, timestamps: Any = None
+                    ) -> StreamingHierarchy:
+        """:meth:`learn` without the routing (scikit-learn style); returns self."""
+        self.learn(X, weights=weights, timestamps=timestamps)
+        return self
+
+    def assign(self, X: Any) -> Routing:
+        """Route without learning: leaf, path, margins and model version per row."""
+        X = self._as_matrix(X)
+        assert self.model_ is not None
+        return self.model_.route(X)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Leaf id of every row under the current model."""
+        return self.assign(X).leaf_ids
+
+    def _refit_due(self) -> bool:
+        if self.refit_every is not None and self._events_since_refit >= self.refit_every:
+            return True
+        return bool(
+            self.refit_every_seconds is not None
+            and self._clock is not None
+            and self._refit_clock is not None
+            and self._clock - self._refit_clock >= self.refit_every_seconds
+        )
+
+    # ------------------------------------------------------------------ hot path
+    def _accumulate(self, X: sp.csr_array, w: np.ndarray, leaf_ids: np.ndarray) -> None:
+        """Add a routed chunk to every node on its paths (design §3, §5)."""
+        rank = self._leaf_rank[leaf_ids]
+        perm = np.argsort(rank, kind="stable")
+        Xs = X[perm]
+        Xs.has_sorted_indices = True
+        ws = w[perm]
+        bounds = np.searchsorted(rank[perm], np.arange(self._n_leaves + 1), side="left")
+        lengths = row_sums(Xs) if self.family == "multinomial" else None
+        batch = self._batch_counter
+        self._batch_counter += 1
+        for nid, r0, r1 in self._spans:
+            a, b = int(bounds[r0]), int(bounds[r1])
+            if a == b:
+                continue
+            v = self.nodes_[nid]
+            Xv = _row_slice(Xs, a, b)
+            wv = ws[a:b]
+            before = v.acc.weight
+            v.acc._update_csr(Xv, wv, second=v.is_leaf,
+                              lengths=None if lengths is None else lengths[a:b])
+            v.fresh += float(wv.sum())
+            rng = np.random.default_rng([self.random_state, nid, batch])
+            v.reservoir.offer(Xv, wv, before, rng)
+
+    # ------------------------------------------------------------------ refit
+    def _weight_true(self, v: _Node) -> float:
+        return v.acc.weight * self._scale()
+
+    def node_accumulator(self, node_id: int) -> MomentAccumulator:
+        """A copy of a node's sums in true (decayed) units, with its full C assembled.
+
+        An internal node's C is its frozen offset plus its descendants' C (design §3).
+        """
+        v = self.nodes_[node_id]
+        out = v.acc.copy()
+        out.C = self._full_second(node_id).copy()
+        out.decay(self._scale())
+        return out
+
+    def _full_second(self, nid: int) -> np.ndarray:
+        """The packed C of a node: its own array (leaf) or offset + descendants' (design §3)."""
+        v = self.nodes_[nid]
+        assert v.acc.C is not None
+        if v.is_leaf:
+            return v.acc.C
+        out = v.acc.C.copy()
+        for desc in self._subtree(nid)[1:]:
+            c = self.nodes_[desc].acc.C
+            assert c is not None
+            out += c
+        return out
+
+    def _eig_seed(self, nid: int, salt: int = 0) -> int:
+        return int(np.random.default_rng([self.random_state, nid, salt, 7]).integers(2**31))
+
+    def _basis_from_m2(self, M2: np.ndarray | spla.LinearOperator, nid: int) -> np.ndarray:
+        assert self.n_features_ is not None
+        d = self.n_features_
+        m = min(self.basis_dim, d)
+        if isinstance(M2, np.ndarray) and m >= d - 1:
+            _, vecs = top_eigenpairs(M2, m)
+        else:
+            _, vecs = top_eigenpairs(M2, m, random_state=self._eig_seed(nid))
+        return _complete_basis(vecs, m, d, self._eig_seed(nid, 1))
+
+    def _basis_from_rows(self, X: sp.csr_array, nid: int) -> np.ndarray:
+        """Top-m eigenvectors of the M2 estimated from reservoir rows (cheap sparse operator)."""
+        assert self.n_features_ is not None
+        d = self.n_features_
+        m = min(self.basis_dim, d)
+        n = X.shape[0]
+        colsum = np.asarray(X.sum(axis=0)).ravel()
+        correct = self.family == "multinomial"
+        try:
+            if d <= 400:
+                G = (X.T @ X).toarray()
+                if correct:
+                    G[np.diag_indices_from(G)] -= colsum
+                return self._basis_from_m2(G, nid)
+            if n < _SPARSE_BASIS_MIN_ROWS * m:
+                _, _, vt = np.linalg.svd(X.toarray(), full_matrices=False)
+                return _complete_basis(vt[:m].T, m, d, self._eig_seed(nid, 1))
+
+            def matvec(v: np.ndarray) -> np.ndarray:
+                v2 = np.asarray(v).reshape(d, -1)
+                out = X.T @ (X @ v2)
+                if correct:
+                    out = out - colsum[:, None] * v2
+                return np.asarray(out).reshape(np.shape(v))
+
+            op = spla.LinearOperator((d, d), matvec=matvec, matmat=matvec, dtype=np.float64)
+            return self._basis_from_m2(op, nid)
+        except (spla.ArpackNoConvergence, spla.ArpackError, np.linalg.LinAlgError):
+            _, _, vt = np.linalg.svd(X.toarray(), full_matrices=False)
+            return _complete_basis(vt[:m].T, m, d, self._eig_seed(nid, 1))
+
+    def _scratch(self, d: int) -> np.ndarray:
+        """A d×d work buffer reused by the refits (avoids page-faulting 8d² fresh bytes)."""
+        buf = getattr(self, "_scratch_buf", None)
+        if buf is None or buf.shape != (d, d):
+            buf = np.zeros((d, d), dtype=np.float32)
+            self._scratch_buf = buf
+        return buf
+
+    def _top_eigenpairs(
+        self, matmul: Any, d: int, p: int, start: np.ndarray | None, nid: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-p eigenpairs of a symmetric operator, warm-started from the node's basis.
+
+        Small d: dense ``eigh``. Otherwise block Krylov–Rayleigh–Ritz on [V, AV] from the
+        tracked basis (top-m eigenvectors of the last refit), so a refit costs a few products
+        with C instead of a cold Lanczos run; ARPACK is the fallback if it does not converge.
+        """
+        if d <= max(64, 4 * p):
+            M = matmul(np.eye(d))
+            vals, vecs = np.linalg.eigh((M + M.T) / 2.0)
+            return vals[::-1][:p].copy(), np.ascontiguousarray(vecs[:, ::-1][:, :p])
+        V0 = np.zeros((d, 0)) if start is None else start[:, :p]
+        res = _block_krylov_top(matmul, _complete_basis(V0, p, d, self._eig_seed(nid, 3)),
+                                k=min(2, p), tol=_EIG_TOL,
+                                max_iter=_EIG_WARM_ITER if start is not None else _EIG_COLD_ITER)
+        if res is not None:
+            return res
+        op = spla.LinearOperator((d, d), matvec=matmul, matmat=matmul, dtype=np.float64)
+        return top_eigenpairs(op, p, random_state=self._eig_seed(nid))
+
+    def _node_split(
+        self, v: _Node, C: np.ndarray, reference: np.ndarray | None
+    ) -> Split | None:
+        """Compute the split of a node from its sums, maintaining its tracked basis (design §3).
+
+        The top eigenpairs of M2 come from :meth:`_top_eigenpairs` (warm start); if the top-2
+        eigenvectors left span(P) beyond ``basis_tol`` the basis moves to the current top-m and
+        T is rotated and repaired from the reservoir. ``compute_split`` then receives M2 as a
+        cheap operator with exactly those eigenpairs (so its own eigensolve is nearly free).
+        """
+        acc = v.acc
+        if acc.weight <= 0 or (self.family == "multinomial" and (acc.t2 <= 0 or acc.t3 <= 0)):
+            return None
+        d = acc.n_features
+        m = min(self.basis_dim, d)
+        p = min(max(m, 3), d)
+        try:
+            # The eigen-solve runs in float32 (half the memory traffic; its tolerance is far
+            # above float32 rounding); the single-topic corrections use float64 products.
+            S = SymmetricMatrix(C, d, buffer=self._scratch(d), dtype=np.float32)
+            s_vec, W, T2 = acc.s, acc.weight, acc.t2
+            multinomial = self.family == "multinomial"
+            c_times = (SymmetricMatrix(C, d).matmul if multinomial
+                       else None)
+
+            def m2_times(B: np.ndarray) -> np.ndarray:
+                B2 = np.asarray(B, dtype=np.float64).reshape(d, -1)
+                out = S.matmul(B2)
+                out = (out - s_vec[:, None] * B2) / T2 if multinomial else out / W
+                return out.reshape(np.shape(B))
+
+            vals, vecs = self._top_eigenpairs(m2_times, d, p, acc.basis, v.node_id)
+            n_res = len(v.reservoir)
+            rows = v.reservoir.to_csr() if n_res else None
+            row_weight = acc.weight / n_res if n_res else 0.0
+            P_new = _complete_basis(vecs[:, :m], m, d, self._eig_seed(v.node_id, 1))
+            if acc.basis is None:
+                acc.set_basis(P_new, rows=rows, row_weight=row_weight)
+            elif vals[1] > 0:
+                E = vecs[:, :2].T / np.sqrt(vals[:2])[:, None]
+                if acc.basis_residual(E) > self.basis_tol:
+                    acc.set_basis(P_new, rows=rows, row_weight=row_weight)
+                    self.n_rebases_ += 1
+            moments = NodeMoments(
+                m2=_low_rank_operator(vals, vecs),
+                m1=acc.first_moment(),
+                third=lambda E: acc.third_slices(E, c_times=c_times),
+            )
+            split = compute_split(moments, family=self.family, method=self.method,
+                                  reference_discriminators=reference,
+                                  random_state=self.random_state)
+            quality = dict(split.quality)
+            quality["basis_residual"] = acc.basis_residual(split.whitening.pinv)
+            return replace(split, quality=quality)
+        except (ValueError, spla.ArpackNoConvergence, spla.ArpackError,
+                np.linalg.LinAlgError):
+            return None
+
+    def _spawn_children(self, v: _Node, split: Split, C_full: np.ndarray) -> list[int] | None:
+        """Two new leaves from v's reservoir routed by ``split``, scaled to v's weight."""
+        assert self.n_features_ is not None
+        X = v.reservoir.to_csr()
+        n = X.shape[0]
+        if n == 0:
+            return None
+        side = _router_side(split.router, X)
+        scale = v.acc.weight / n
+        kids: list[_Node] = []
+        for j in (0, 1):
+            rows = np.flatnonzero(side == j)
+            if rows.size == 0:
+                return None
+            nid = self._next_id + j
+            child = self._new_node(nid, v.node_id, v.depth + 1)
+            Xj = X[rows]
+            Xj.sort_indices()
+            child.acc.update(Xj, np.full(rows.size, scale))
+            child.acc.set_basis(self._basis_from_rows(Xj, nid), rows=Xj, row_weight=scale)
+            child.reservoir = v.reservoir.subset(rows)
+            kids.append(child)
+        self._next_id += 2
+        offset = C_full.copy() if C_full is not v.acc.C else C_full
+        for child in kids:
+            assert child.acc.C is not None
+            offset -= child.acc.C
+        v.acc.C = offset
+        v.children = [k.node_id for k in kids]
+        v.router = split.router
+        v.discriminators = split.discriminators
+        v.quality = {k: float(x) for k, x in split.quality.items()}
+        for k in kids:
+            k.born_version = self.model_version_ + 1
+            self.nodes_[k.node_id] = k
+        return v.children
+
+    def _drop_subtree_below(self, v: _Node) -> list[int]:
+        removed = [nid for c in v.children for nid in self._subtree(c)]
+        for nid in removed:
+            del self.nodes_[nid]
+        v.children = []
+        v.router = None
+        v.discriminators = None
+        return removed
+
+    def _record(self, event: str, v: _Node, **extra: Any) -> dict[str, Any]:
+        rec: dict[str, Any] = {
+            "event": event,
+            "node": v.node_id,
+            "children": list(v.children),
+            "version": -1,
+            "n_events": self.n_events_seen_,
+            "weight": float(self._weight_true(v)),
+        }
+        rec.update(extra)
+        return rec
+
+    def _stale(self, v: _Node) -> bool:
+        frac = min(self.refit_min_new_fraction * 2.0**v.backoff,
+                   max(self.refit_max_new_fraction, self.refit_min_new_fraction))
+        return v.fresh > 0 and v.fresh >= frac * v.acc.weight
+
+    def _plan_internal(
+        self, nid: int, plans: dict[int, tuple[Any, ...]], into: np.ndarray | None = None
+    ) -> None:
+        """Post-order pass: assemble full packed C where needed and plan each node's refit.
+
+        An internal node's C is its offset plus its children's full C (design §3). A node that
+        needs its own full C (stale or pruned) sums its subtree into a fresh buffer; any other
+        node adds its offset and its children straight into the buffer of the nearest
+        ancestor that needs one (``into``), so the temporaries are one buffer per stale node on
+        the current path and untouched subtrees cost nothing. Decisions are applied top-down
+        afterwards by :meth:`_apply_plans` (a parent's re-split or prune overrides its
+        descendants' plans).
+        """
+        v = self.nodes_[nid]
+        assert v.acc.C is not None
+        if v.is_leaf:
+            if into is not None:
+                into += v.acc.C
+            return
+        W = self._weight_true(v)
+        kid_w = [self._weight_true(self.nodes_[c]) for c in v.children]
+        prune = W <= 0 or min(kid_w) < self.prune_fraction * W
+        stale = self._stale(v)
+        if not (prune or stale):
+            if into is not None:
+                into += v.acc.C
+            for c in v.children:
+                self._plan_internal(c, plans, into)
+            return
+        full = v.acc.C.copy()
+        for c in v.children:
+            self._plan_internal(c, plans, full)
+        if into is not None:
+            into += full
+        if prune:
+            plans[nid] = ("prune", full, kid_w)
+        elif stale:
+            split = self._node_split(v, full, v.discriminators)
+            v.fresh = 0.0
+            if split is not None and not self._quality_ok(split):
+                # The data no longer support a split: keep the router; a child that stops
+                # receiving events then decays and is pruned.
+                plans[nid] = ("stale",)
+            elif split is not None:
+                X = v.reservoir.to_csr()
+                assert v.router is not None
+                share = (
+                    float(np.mean(_router_side(v.router, X) != _router_side(split.router, X)))
+                    if X.shape[0] else 0.0
+                )
+                if share > self.resplit_threshold:
+                    plans[nid] = ("re-split", split, full, share)
+                else:
+                    plans[nid] = ("update", split, share)
+                # Back off on a node whose split did not move (design §5: skip nodes whose
+                # sums barely changed); any real change resets the schedule.
+                v.backoff = min(v.backoff + 1, 30) if share <= self.stable_share else 0
+        del full
+
+    def _apply_plans(
+        self, nid: int, plans: dict[int, tuple[Any, ...]], records: list[dict[str, Any]],
+        touched: set[int],
+    ) -> None:
+        v = self.nodes_[nid]
+        if v.is_leaf:
+            return
+        plan = plans.get(nid, ("keep",))
+        kind = plan[0]
+        if kind == "prune":
+            _, full, kid_w = plan
+            removed = self._drop_subtree_below(v)
+            v.acc.C = full
+            v.quality = {}
+            touched.add(nid)
+            records.append(self._record("prune", v, removed=removed,
+                                        child_weights=[float(x) for x in kid_w]))
+            return
+        if kind == "stale":
+            v.quality = {**v.quality, "stale_split": 1.0}
+        elif kind == "re-split":
+            _, split, full, share = plan
+            old_children, old_router, old_D = v.children, v.router, v.discriminators
+            old_offset = v.acc.C
+            removed = [n for c in old_children for n in self._subtree(c)]
+            v.children = []
+            v.acc.C = full
+            kids = self._spawn_children(v, split, full)
+            if kids is None:  # degenerate new split: keep the old subtree
+                v.children, v.router, v.discriminators = old_children, old_router, old_D
+                v.acc.C = old_offset
+            else:
+                for n in removed:
+                    del self.nodes_[n]
+                touched.update([nid, *kids])
+                records.append(self._record("re-split", v, removed=removed, rerouted=share))
+                return
+        elif kind == "update":
+            _, split, share = plan
+            v.router = split.router
+            v.discriminators = split.discriminators
+            q = {k: float(x) for k, x in split.quality.items()}
+            q["rerouted"] = share
+            v.quality = q
+            records.append(self._record("update", v, rerouted=share))
+        for c in list(v.children):
+            self._apply_plans(c, plans, records, touched)
+
+    def _quality_ok(self, split: Split) -> bool:
+        """Split-quality floors (design §4): G eigen-gap and the λ₂ − λ₃ gap of M2."""
+        q = split.quality
+        return (q.get("rotation_gap", 0.0) >= self.min_rotation_gap
+                and q.get("spectral_gap", 0.0) >= self.min_spectral_gap)
+
+    def _try_split_leaf(self, v: _Node, records: list[dict[str, Any]]) -> bool:
+        assert v.acc.C is not None
+        v.fresh = 0.0
+        split = self._node_split(v, v.acc.C, None)
+        if split is None:
+            return False
+        q = split.quality
+        if not self._quality_ok(split):
+            v.quality = {k: float(x) for k, x in q.items()}
+            return False
+        X = v.reservoir.to_csr()
+        side = _router_side(split.router, X)
+        share = float(side.mean()) if X.shape[0] else 0.0
+        if min(share, 1.0 - share) < max(self.min_child_fraction, 1e-12):
+            v.quality = {k: float(x) for k, x in q.items()}
+            v.quality["child_share"] = min(share, 1.0 - share)
+            return False
+        kids = self._spawn_children(v, split, v.acc.C)
+        if kids is None:
+            return False
+        records.append(self._record("split", v, child_share=[1.0 - share, share]))
+        return True
+
+    def refit(self) -> list[dict[str, Any]]:
+        """Recompute splits top-down, re-split / prune / split (design §5); lineage records.
+
+        Callable by hand; the policy calls it every ``refit_every`` events and/or
+        ``refit_every_seconds`` of event time. Returns this refit's lineage records (empty when
+        nothing changed).
+        """
+        t0 = time.perf_counter()
+        records: list[dict[str, Any]] = []
+        if self.n_features_ is not None and self.nodes_:
+            touched: set[int] = set()
+            plans: dict[int, tuple[Any, ...]] = {}
+            self._plan_internal(self.root_id_, plans)
+            self._apply_plans(self.root_id_, plans, records, touched)
+            del plans
+            leaves = [
+                v for v in self.nodes_.values()
+                if v.is_leaf and v.node_id not in touched and v.depth < self.max_depth
+                and self._weight_true(v) >= self.min_split_weight and self._stale(v)
+                and len(v.reservoir) >= self.min_reservoir_split
+            ]
+            leaves.sort(key=lambda v: (-v.acc.weight, v.node_id))
+            n_leaves = sum(1 for v in self.nodes_.values() if v.is_leaf)
+            for v in leaves:
+                if n_leaves >= self.max_leaves:
+                    break
+                if self._try_split_leaf(v, records):
+                    n_leaves += 1
+            if records:
+                self.model_version_ += 1
+                for rec in records:
+                    rec["version"] = self.model_version_
+                self.lineage_.extend(records)
+                if len(self.lineage_) > self.max_lineage:
+                    del self.lineage_[: len(self.lineage_) - self.max_lineage]
+            self._rebuild_model()
+        self._scratch_buf = None
+        self.n_refits_ += 1
+        self._events_since_refit = 0
+        self._refit_clock = self._clock
+        self.last_refit_time_ = self._clock
+        self.last_refit_duration_ = time.perf_counter() - t0
+        return records
+
+    # ------------------------------------------------------------------ merge
+    def _structure(self) -> list[tuple[int, int, tuple[int, ...]]]:
+        return [(nid, v.parent, tuple(v.children)) for nid, v in sorted(self.nodes_.items())]
+
+    def merge(self, other: StreamingHierarchy) -> StreamingHierarchy:
+        """Add the sums of another engine that routed with the same model version and tree.
+
+        Exact for W, s, C, T, T1–T3 (design §3 "merge"); reservoirs are combined by weighted
+        sampling. Both engines must share the configuration, the tree, the model version and
+        every node's tracked basis. Returns self.
+        """
+        if not isinstance(other, StreamingHierarchy):
+            raise TypeError("can only merge another StreamingHierarchy")
+        if other.get_config() != self.get_config() or other.n_features_ != self.n_features_:
+            raise ValueError("cannot merge engines with different configurations")
+        if other.model_version_ != self.model_version_ or other._structure() != self._structure():
+            raise ValueError("cannot merge engines with different model versions or trees")
+        factor = 1.0
+        if self.half_life is not None and other._time_ref is not None:
+            if self._time_ref is None:
+                self._time_ref = other._time_ref
+            factor = float(np.exp2((other._time_ref - self._time_ref) / self.half_life))
+        for nid, v in self.nodes_.items():
+            o = other.nodes_[nid]
+            oacc = o.acc
+            if factor != 1.0:
+                oacc = oacc.copy()
+                oacc.decay(factor)
+            rng = np.random.default_rng([self.random_state, nid, self._batch_counter, 1])
+            v.reservoir = Reservoir.combine(
+                [(v.reservoir, v.acc.weight), (o.reservoir, oacc.weight)],
+                self.reservoir_size, rng,
+            )
+            v.acc.merge(oacc)
+            v.fresh += o.fresh * factor
+        self.n_events_seen_ += other.n_events_seen_
+        self._events_since_refit += other._events_since_refit
+        self._batch_counter = max(self._batch_counter, other._batch_counter) + 1
+        for attr in ("_clock",):
+            a, b = getattr(self, attr), getattr(other, attr)
+            setattr(self, attr, b if a is None else a if b is None else max(a, b))
+        self._rebuild_model()
+        return self
+
+    def fork(self) -> StreamingHierarchy:
+        """A copy with the same config, tree, routers, bases and model version but empty sums.
+
+        For sharded workers: each fork learns its share and :meth:`merge` adds the partials.
+        """
+        out = StreamingHierarchy.from_archive(*self.to_archive())
+        for v in out.nodes_.values():
+            acc = v.acc
+            acc.weight = acc.t1 = acc.t2 = acc.t3 = 0.0
+            acc.s[:] = 0.0
+            if acc.C is not None:
+                acc.C[:] = 0.0
+            if acc.T is not None:
+                acc.T[:] = 0.0
+            v.fresh = 0.0
+            v.reservoir = Reservoir(self.reservoir_size, v.reservoir.n_features)
+        out.n_events_seen_ = 0
+        out._events_since_refit = 0
+        out._rebuild_model()
+        return out
+
+    # ------------------------------------------------------------------ snapshots
+    def to_archive(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Manifest (schema, config, tree, lineage, counters, vocabulary) + arrays."""
+        arrays: dict[str, np.ndarray] = {}
+        nodes_meta = []
+        for nid in sorted(self.nodes_):
+            v = self.nodes_[nid]
+            acc_meta, acc_arrays = v.acc.to_archive()
+            res_meta, res_arrays = v.reservoir.to_archive()
+            for name, arr in {**acc_arrays, **res_arrays}.items():
+                arrays[f"n{nid}_{name}"] = arr
+            if v.router is not None:
+                arrays[f"n{nid}_router_w"] = v.router.weights
+                arrays[f"n{nid}_router_b"] = v.router.bias
+            if v.discriminators is not None:
+                arrays[f"n{nid}_D"] = v.discriminators
+            nodes_meta.append({
+                "id": nid,
+                "parent": v.parent,
+                "depth": v.depth,
+                "children": list(v.children),
+                "absolute": None if v.router is None else bool(v.router.absolute),
+                "has_D": v.discriminators is not None,
+                "quality": {k: float(x) for k, x in sorted(v.quality.items())},
+                "fresh": float(v.fresh),
+                "backoff": v.backoff,
+                "born_version": v.born_version,
+                "acc": acc_meta,
+                "reservoir": res_meta,
+            })
+        manifest: dict[str, Any] = {
+            "format": "streammom",
+            "kind": "streaming-hierarchy",
+            "schema_version": ENGINE_SCHEMA_VERSION,
+            "config": self.get_config(),
+            "n_features": self.n_features_,
+            "state": {
+                "root_id": self.root_id_,
+                "model_version": self.model_version_,
+                "n_events_seen": self.n_events_seen_,
+                "n_rebases": self.n_rebases_,
+                "n_refits": self.n_refits_,
+                "next_id": self._next_id,
+                "batch_counter": self._batch_counter,
+                "events_since_refit": self._events_since_refit,
+                "time_ref": self._time_ref,
+                "clock": self._clock,
+                "refit_clock": self._refit_clock,
+                "last_refit_time": self.last_refit_time_,
+            },
+            "nodes": nodes_meta,
+            "lineage": self.lineage_,
+            "vocabulary": None if self.vocabulary is None else self.vocabulary.to_archive()[0],
+        }
+        return manifest, arrays
+
+    @classmethod
+    def from_archive(
+        cls, manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
+    ) -> StreamingHierarchy:
+        """Rebuild an engine from :meth:`to_archive` output (validates the schema)."""
+        if manifest.get("kind") != "streaming-hierarchy":
+            raise SnapshotFormatError(f"not an engine snapshot: kind={manifest.get('kind')!r}")
+        if manifest.get("schema_version") != ENGINE_SCHEMA_VERSION:
+            raise SnapshotFormatError(
+                f"unsupported engine schema version {manifest.get('schema_version')!r}"
+            )
+        try:
+            vocab = (None if manifest.get("vocabulary") is None
+                     else Vocabulary.from_archive(manifest["vocabulary"]))
+            cfg = dict(manifest["config"])
+            eng = cls(None, vocab, **cfg) if vocab is not None else cls(None, **cfg)
+            d = manifest["n_features"]
+            st = manifest["state"]
+            eng.model_version_ = int(st["model_version"])
+            eng.n_events_seen_ = int(st["n_events_seen"])
+            eng.n_rebases_ = int(st["n_rebases"])
+            eng.n_refits_ = int(st["n_refits"])
+            eng._next_id = int(st["next_id"])
+            eng._batch_counter = int(st["batch_counter"])
+            eng._events_since_refit = int(st["events_since_refit"])
+            eng._time_ref = None if st["time_ref"] is None else float(st["time_ref"])
+            eng._clock = None if st["clock"] is None else float(st["clock"])
+            eng._refit_clock = None if st["refit_clock"] is None else float(st["refit_clock"])
+            eng.last_refit_time_ = (None if st["last_refit_time"] is None
+                                    else float(st["last_refit_time"]))
+            eng.lineage_ = [dict(r) for r in manifest["lineage"]]
+            if d is None:
+                return eng
+            eng.n_features_ = int(d)
+            eng.root_id_ = int(st["root_id"])
+            nodes: dict[int, _Node] = {}
+            for meta in manifest["nodes"]:
+                nid = int(meta["id"])
+                pre = f"n{nid}_"
+                sub = {k[len(pre):]: a for k, a in arrays.items() if k.startswith(pre)}
+                acc = MomentAccumulator.from_archive(meta["acc"], sub)
+                res = Reservoir.from_archive(meta["reservoir"], sub)
+                router = None
+                if meta["absolute"] is not None:
+                    router = Router(np.array(sub["router_w"], dtype=np.float64),
+                                    np.array(sub["router_b"], dtype=np.float64),
+                                    bool(meta["absolute"]))
+                nodes[nid] = _Node(
+                    node_id=nid,
+                    parent=int(meta["parent"]),
+                    depth=int(meta["depth"]),
+                    acc=acc,
+                    reservoir=res,
+                    children=[int(c) for c in meta["children"]],
+                    router=router,
+                    discriminators=(np.array(sub["D"], dtype=np.float64)
+                                    if meta["has_D"] else None),
+                    quality={str(k): float(x) for k, x in meta["quality"].items()},
+                    fresh=float(meta["fresh"]),
+                    backoff=int(meta["backoff"]),
+                    born_version=int(meta["born_version"]),
+                )
+            eng.nodes_ = nodes
+            eng._rebuild_model()
+            return eng
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotFormatError(f"malformed engine snapshot: {exc!r}") from exc
+
+    def snapshot(self) -> bytes:
+        """Deterministic archive bytes of the whole engine state (never pickle)."""
+        return archive_bytes(*self.to_archive(), compresslevel=1)
+
+    @classmethod
+    def restore(cls, data: bytes) -> StreamingHierarchy:
+        """Inverse of :meth:`snapshot`; continuing the restored engine replays byte for byte."""
+        return cls.from_archive(*read_archive(data))
+
+    def __repr__(self) -> str:
+        n_leaves = sum(1 for v in self.nodes_.values() if v.is_leaf)
+        return (
+            f"StreamingHierarchy(d={self.n_features_}, nodes={len(self.nodes_)}, "
+            f"leaves={n_leaves}, version={self.model_version_}, events={self.n_events_seen_})"
+        )

@@ -1,0 +1,206 @@
+"""A bounded, seeded, recency-biased sample of a node's events (design §5 "reservoir").
+
+Children of a new split, rebuilt subtrees and basis repairs start from it. Rows are stored
+padded ((K, L) column indices and values, L = the widest row so far) so that replacing slots is
+one vectorised assignment per batch.
+
+Sampling is a weighted reservoir (Chao 1982): event i, arriving when the node's accumulated
+weight including it is W_i, enters with probability min(1, K w_i / W_i) and replaces a uniform
+slot. Under the engine's lazy exponential decay w_i grows like 2^(age/H), so the sample follows
+the decayed distribution of the node (recent events are favoured exactly as the sums favour
+them). Until the reservoir is full every event is kept, in arrival order, so the reservoir then
+*is* the node's data. The random numbers come from the generator the caller passes
+(``np.random.default_rng([seed, node_id, counter])`` in the engine), so runs replay exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["Reservoir"]
+
+_MIN_WIDTH = 8
+
+
+class Reservoir:
+    """At most ``capacity`` sparse rows of dimension ``n_features``."""
+
+    def __init__(self, capacity: int, n_features: int) -> None:
+        if capacity < 1:
+            raise ValueError("reservoir capacity must be positive")
+        self.capacity = int(capacity)
+        self.n_features = int(n_features)
+        self.n_filled = 0
+        self.indices = np.zeros((self.capacity, _MIN_WIDTH), dtype=np.int32)
+        self.values = np.zeros((self.capacity, _MIN_WIDTH))
+        self.lengths = np.zeros(self.capacity, dtype=np.int32)
+
+    def __len__(self) -> int:
+        return self.n_filled
+
+    # ------------------------------------------------------------------ updates
+    def _ensure_width(self, width: int) -> None:
+        if width <= self.indices.shape[1]:
+            return
+        new = max(width, 2 * self.indices.shape[1])
+        idx = np.zeros((self.capacity, new), dtype=np.int32)
+        val = np.zeros((self.capacity, new))
+        idx[:, : self.indices.shape[1]] = self.indices
+        val[:, : self.values.shape[1]] = self.values
+        self.indices, self.values = idx, val
+
+    def _write(self, slots: np.ndarray, X: sp.csr_array, rows: np.ndarray) -> None:
+        if rows.size == 0:
+            return
+        starts = X.indptr[rows]
+        lens = (X.indptr[rows + 1] - starts).astype(np.int32)
+        width = int(lens.max()) if lens.size else 0
+        self._ensure_width(width)
+        L = self.indices.shape[1]
+        pos = starts[:, None] + np.arange(L)
+        mask = np.arange(L)[None, :] < lens[:, None]
+        pos = np.where(mask, pos, 0)
+        if X.nnz:
+            self.indices[slots] = np.where(mask, X.indices[pos], 0)
+            self.values[slots] = np.where(mask, X.data[pos], 0.0)
+        else:
+            self.indices[slots] = 0
+            self.values[slots] = 0.0
+        self.lengths[slots] = lens
+
+    def offer(
+        self,
+        X: sp.csr_array,
+        weights: np.ndarray,
+        weight_before: float,
+        rng: np.random.Generator,
+    ) -> None:
+        """Offer a batch of rows with (stored) weights; ``weight_before``: node weight before it."""
+        n = X.shape[0]
+        if n == 0:
+            return
+        w = np.asarray(weights, dtype=np.float64)
+        u = rng.random(n)
+        slot_draw = rng.integers(0, self.capacity, size=n)
+        live = np.flatnonzero(w > 0)
+        free = self.capacity - self.n_filled
+        fill = live[:free]
+        if fill.size:
+            self._write(np.arange(self.n_filled, self.n_filled + fill.size), X, fill)
+            self.n_filled += fill.size
+        rest = live[free:] if free < live.size else live[:0]
+        if rest.size == 0:
+            return
+        cum = weight_before + np.cumsum(w)
+        p = np.minimum(1.0, self.capacity * w[rest] / np.maximum(cum[rest], 1e-300))
+        acc = rest[u[rest] < p]
+        if acc.size == 0:
+            return
+        slots = slot_draw[acc]
+        # Later events overwrite earlier ones in the same slot: keep the last per slot.
+        rev_slots, first_in_rev = np.unique(slots[::-1], return_index=True)
+        keep = acc[::-1][first_in_rev]
+        self._write(rev_slots, X, keep)
+
+    # ------------------------------------------------------------------ views
+    def to_csr(self) -> sp.csr_array:
+        """The stored rows as a CSR array (n_filled × n_features), in slot order."""
+        k = self.n_filled
+        lens = self.lengths[:k].astype(np.int64)
+        L = self.indices.shape[1]
+        mask = np.arange(L)[None, :] < lens[:, None]
+        indptr = np.concatenate(([0], np.cumsum(lens)))
+        X = sp.csr_array(
+            (self.values[:k][mask], self.indices[:k][mask], indptr),
+            shape=(k, self.n_features),
+        )
+        X.sort_indices()
+        return X
+
+    def subset(self, rows: np.ndarray, capacity: int | None = None) -> Reservoir:
+        """A new reservoir holding the given stored rows (in that order)."""
+        cap = self.capacity if capacity is None else int(capacity)
+        rows = np.asarray(rows, dtype=np.int64)[:cap]
+        out = Reservoir(cap, self.n_features)
+        out._ensure_width(self.indices.shape[1])
+        n = rows.size
+        out.indices[:n] = self.indices[rows]
+        out.values[:n] = self.values[rows]
+        out.lengths[:n] = self.lengths[rows]
+        out.n_filled = n
+        return out
+
+    @staticmethod
+    def combine(
+        parts: list[tuple[Reservoir, float]], capacity: int, rng: np.random.Generator
+    ) -> Reservoir:
+        """A reservoir sampling the union of several, each weighted by its node weight.
+
+        Each stored row of part j stands for weight_j / n_j; ``capacity`` rows are drawn without
+        replacement with probability proportional to that (all rows when they fit).
+        """
+        n_features = parts[0][0].n_features
+        width = max(r.indices.shape[1] for r, _ in parts)
+        idx, val, lens, p = [], [], [], []
+        for res, weight in parts:
+            k = res.n_filled
+            if k == 0:
+                continue
+            pad = width - res.indices.shape[1]
+            idx.append(np.pad(res.indices[:k], ((0, 0), (0, pad))))
+            val.append(np.pad(res.values[:k], ((0, 0), (0, pad))))
+            lens.append(res.lengths[:k])
+            p.append(np.full(k, max(float(weight), 0.0) / k))
+        out = Reservoir(capacity, n_features)
+        out._ensure_width(width)
+        if not idx:
+            return out
+        Ix, V, Ln, pr = np.vstack(idx), np.vstack(val), np.concatenate(lens), np.concatenate(p)
+        total = Ix.shape[0]
+        if total <= capacity:
+            chosen = np.arange(total)
+        else:
+            if pr.sum() <= 0:
+                pr = np.ones(total)
+            nz = int(np.count_nonzero(pr))
+            size = min(capacity, nz)
+            chosen = np.sort(rng.choice(total, size=size, replace=False, p=pr / pr.sum()))
+        n = chosen.size
+        out.indices[:n, : Ix.shape[1]] = Ix[chosen]
+        out.values[:n, : V.shape[1]] = V[chosen]
+        out.lengths[:n] = Ln[chosen]
+        out.n_filled = n
+        return out
+
+    # ------------------------------------------------------------------ archive
+    def to_archive(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        k = self.n_filled
+        L = int(self.lengths[:k].max()) if k else 0
+        meta = {"capacity": self.capacity, "n_features": self.n_features, "n_filled": k,
+                "width": int(self.indices.shape[1])}
+        arrays = {
+            "res_idx": np.ascontiguousarray(self.indices[:k, :L]),
+            "res_val": np.ascontiguousarray(self.values[:k, :L]),
+            "res_len": self.lengths[:k].copy(),
+        }
+        return meta, arrays
+
+    @classmethod
+    def from_archive(cls, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> Reservoir:
+        out = cls(int(meta["capacity"]), int(meta["n_features"]))
+        out._ensure_width(int(meta["width"]))
+        k = int(meta["n_filled"])
+        idx = np.asarray(arrays["res_idx"], dtype=np.int32)
+        val = np.asarray(arrays["res_val"], dtype=np.float64)
+        lens = np.asarray(arrays["res_len"], dtype=np.int32)
+        if not (0 <= k <= out.capacity) or lens.shape != (k,) or idx.shape != val.shape:
+            raise ValueError("reservoir archive: inconsistent shapes")
+        out.indices[:k, : idx.shape[1]] = idx
+        out.values[:k, : val.shape[1]] = val
+        out.lengths[:k] = lens
+        out.n_filled = k
+        return out

@@ -1,0 +1,270 @@
+"""StreamingHierarchy: learn/assign/refit, batch agreement, snapshots, merge (design §5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.metrics import adjusted_rand_score
+
+from streammom import HierarchicalMoM, StreamingHierarchy, Vocabulary
+from streammom.datasets import make_block_topics, make_hierarchical_bernoulli
+from streammom.model import HierarchyModel, Routing
+from streammom.serialization import SnapshotFormatError
+
+
+def _feed(eng: StreamingHierarchy, X: sp.csr_array, batch: int, **kw: object) -> None:
+    for s in range(0, X.shape[0], batch):
+        eng.learn(X[s : s + batch], **{k: v[s : s + batch] for k, v in kw.items()})  # type: ignore[index]
+
+
+@pytest.fixture(scope="module")
+def small_stream() -> tuple[sp.csr_array, np.ndarray]:
+    X, y, _ = make_hierarchical_bernoulli(24_000, 120, 4, codes_per_event=12, random_state=3)
+    return X, y
+
+
+# ---------------------------------------------------------------------- acceptance: batch
+def test_stationary_stream_agrees_with_the_batch_fit() -> None:
+    X, y, _ = make_hierarchical_bernoulli(200_000, 500, 8, codes_per_event=10, random_state=0)
+    eng = StreamingHierarchy(500, max_depth=3, refit_every=10_000, random_state=0)
+    _feed(eng, X, 10_000)
+    eng.refit()
+    stream = eng.predict(X)
+    batch = HierarchicalMoM(max_depth=3, method="dsidiwo", family="bernoulli").fit(X)
+    batch_pred = batch.predict(X)
+    assert eng.model_.n_leaves == 8
+    assert adjusted_rand_score(batch_pred, stream) >= 0.95
+    ari_stream = adjusted_rand_score(y, stream)
+    ari_batch = adjusted_rand_score(y, batch_pred)
+    assert abs(ari_stream - ari_batch) <= 0.02, (ari_stream, ari_batch)
+
+
+# ---------------------------------------------------------------------- API
+def test_learn_assign_predict_and_lineage(small_stream: tuple[sp.csr_array, np.ndarray]) -> None:
+    X, y = small_stream
+    eng = StreamingHierarchy(120, max_depth=2, refit_every=4_000, min_split_weight=500)
+    assert isinstance(eng.model_, HierarchyModel) and eng.model_.n_leaves == 1
+    r0 = eng.learn(X[:1000])
+    assert isinstance(r0, Routing) and r0.model_version == 0
+    assert np.all(r0.leaf_ids == 0)
+    _feed(eng, X[1000:], 1000)
+    assert eng.n_events_seen_ == X.shape[0]
+    assert eng.model_version_ > 0 and eng.model_.version == eng.model_version_
+    assert eng.model_.n_leaves == 4
+    assert eng.last_refit_time_ == X.shape[0] - 1 or eng.last_refit_time_ is None
+    assert eng.last_refit_duration_ >= 0.0
+    assert adjusted_rand_score(y, eng.predict(X)) > 0.9
+
+    routing = eng.assign(X[:5])
+    assert routing.model_version == eng.model_version_
+    recs = routing.records()
+    assert len(recs) == 5
+    for rec, leaf in zip(recs, eng.predict(X[:5]), strict=True):
+        assert rec["leaf_id"] == leaf and rec["path"][0] == 0 and rec["path"][-1] == leaf
+        assert len(rec["margins"]) == len(rec["path"]) - 1
+    # Lineage: splits with fresh, monotone ids; versions never decrease.
+    splits = [r for r in eng.lineage_ if r["event"] == "split"]
+    assert splits[0]["node"] == 0 and len(splits) >= 3
+    kids = [c for r in splits for c in r["children"]]
+    assert kids == sorted(kids) and len(set(kids)) == len(kids)
+    versions = [r["version"] for r in eng.lineage_]
+    assert versions == sorted(versions)
+    assert set(eng.model_.leaf_ids) <= set(kids)
+
+
+def test_refit_by_hand_and_partial_fit(small_stream: tuple[sp.csr_array, np.ndarray]) -> None:
+    X, _ = small_stream
+    eng = StreamingHierarchy(120, max_depth=1, refit_every=None, min_split_weight=100)
+    assert eng.partial_fit(X[:3000]) is eng
+    assert eng.model_.n_leaves == 1 and eng.model_version_ == 0
+    records = eng.refit()
+    assert [r["event"] for r in records] == ["split"]
+    assert records[0]["version"] == 1 == eng.model_version_
+    assert eng.model_.n_leaves == 2
+    assert eng.refit() == []  # nothing new: no change, no version bump
+    assert eng.model_version_ == 1
+
+
+def test_time_based_refit_policy_uses_event_time(
+    small_stream: tuple[sp.csr_array, np.ndarray],
+) -> None:
+    X, _ = small_stream
+    eng = StreamingHierarchy(120, max_depth=1, refit_every=None, refit_every_seconds=60.0,
+                             min_split_weight=100)
+    ts = 1_000.0 + np.arange(6000) * 0.01  # 60 s of event time
+    _feed(eng, X[:6000], 1000, timestamps=ts)
+    assert eng.model_version_ == 0
+    eng.learn(X[6000:7000], timestamps=np.full(1000, 1_061.0))
+    assert eng.model_version_ == 1 and eng.last_refit_time_ == 1_061.0
+
+
+def test_vocabulary_events_and_snapshot() -> None:
+    rng = np.random.default_rng(0)
+    groups = [[f"A{i}" for i in range(10)], [f"B{i}" for i in range(10)]]
+    events = [list(rng.choice(groups[i % 2], size=4, replace=False)) for i in range(3000)]
+    vocab = Vocabulary(capacity=64)
+    eng = StreamingHierarchy(vocabulary=vocab, max_depth=1, refit_every=1000,
+                             min_split_weight=100)
+    assert eng.n_features_ == 64
+    for s in range(0, 3000, 500):
+        eng.learn(events[s : s + 500])
+    assert len(vocab) == 20 and eng.model_.n_leaves == 2
+    pred = eng.predict([["A1", "A2", "A3"], ["B1", "B2", "B3"]])
+    assert pred[0] != pred[1]
+    assert eng.model_.feature_names[:2] == vocab.feature_names[:2]
+    back = StreamingHierarchy.restore(eng.snapshot())
+    assert back.vocabulary is not None and back.vocabulary.tokens == vocab.tokens
+    np.testing.assert_array_equal(back.predict(events[:50]), eng.predict(events[:50]))
+
+
+def test_multinomial_sidiwo_smoke() -> None:
+    X, y = make_block_topics(3000, 100, random_state=1)
+    eng = StreamingHierarchy(X.shape[1], max_depth=1, family="multinomial", method="sidiwo",
+                             refit_every=1000, min_split_weight=100, basis_dim=6)
+    _feed(eng, X, 500)
+    assert eng.model_.n_leaves == 2
+    root = eng.nodes_[0].acc
+    assert root.t3 > 0 and root.t1 == pytest.approx(float(X.sum()))
+    # Intended first split {1–4} | {5–8} (thesis §5.4.1): labels 0–3 vs 4–7.
+    assert adjusted_rand_score(y >= 4, eng.predict(X)) > 0.8
+
+
+def test_input_validation() -> None:
+    with pytest.raises(ValueError, match="half_life_unit"):
+        StreamingHierarchy(5, half_life=10, half_life_unit="hours")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="method"):
+        StreamingHierarchy(5, method="em")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="basis_dim"):
+        StreamingHierarchy(5, basis_dim=1)
+    with pytest.raises(TypeError):
+        StreamingHierarchy(5, random_state=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="vocabulary"):
+        StreamingHierarchy(5, Vocabulary(capacity=6))
+    eng = StreamingHierarchy(half_life=5.0, half_life_unit="seconds")
+    assert eng.model_ is None
+    with pytest.raises(ValueError, match="timestamps"):
+        eng.learn(np.ones((3, 4)))
+    eng2 = StreamingHierarchy()
+    eng2.learn(np.eye(4))
+    assert eng2.n_features_ == 4 and eng2.model_.n_features == 4
+    with pytest.raises(ValueError, match="features"):
+        eng2.learn(np.ones((2, 5)))
+    with pytest.raises(ValueError, match="weights"):
+        eng2.learn(np.ones((2, 4)), weights=[1.0, -1.0])
+    with pytest.raises(ValueError, match="timestamps"):
+        eng2.learn(np.ones((2, 4)), timestamps=[1.0])
+    with pytest.raises(SnapshotFormatError):
+        StreamingHierarchy.restore(b"not a zip")
+
+
+def test_warm_eigensolver_and_low_rank_operator() -> None:
+    """The refit's eigen-solve (block Krylov, warm start) and the operator handed to
+    compute_split reproduce the top eigenpairs of M2."""
+    from streammom.decompose import top_eigenpairs
+    from streammom.engine import _block_krylov_top, _low_rank_operator
+
+    rng = np.random.default_rng(0)
+    d = 300
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    lam = np.concatenate([[10.0, 4.0, 2.0], rng.uniform(0.0, 1.0, d - 3)])
+    A = (Q * lam) @ Q.T
+    start = np.linalg.qr(Q[:, :8] + 0.05 * rng.standard_normal((d, 8)))[0]
+    res = _block_krylov_top(lambda B: A @ B, start, k=2, tol=1e-10, max_iter=200)
+    assert res is not None
+    vals, vecs = res
+    np.testing.assert_allclose(vals[:2], lam[:2], rtol=1e-9)
+    np.testing.assert_allclose(np.abs(np.sum(vecs[:, :2] * Q[:, :2], axis=0)), 1.0, atol=1e-8)
+    op_vals, op_vecs = top_eigenpairs(_low_rank_operator(vals, vecs), 3)
+    np.testing.assert_allclose(op_vals, vals[:3], rtol=1e-10)
+    np.testing.assert_allclose(np.abs(np.sum(op_vecs * vecs[:, :3], axis=0)), 1.0, atol=1e-8)
+
+
+# ---------------------------------------------------------------------- snapshots
+@pytest.mark.parametrize("half_life", [None, 250.0])
+def test_snapshot_restore_continue_is_byte_identical(
+    small_stream: tuple[sp.csr_array, np.ndarray], half_life: float | None
+) -> None:
+    X, _ = small_stream
+    X = X[:20_000]
+    cfg = {"max_depth": 2, "refit_every": 3000, "min_split_weight": 200.0,
+           "half_life": half_life, "reservoir_size": 256, "random_state": 5}
+    batch = 1500
+    starts = list(range(0, X.shape[0], batch))
+
+    def run(restore_at: int | None) -> bytes:
+        eng = StreamingHierarchy(120, **cfg)
+        for i, s in enumerate(starts):
+            if restore_at is not None and i == restore_at:
+                eng = StreamingHierarchy.restore(eng.snapshot())
+            eng.learn(X[s : s + batch])
+        return eng.snapshot()
+
+    reference = run(None)
+    assert reference == run(None)  # same input + config → same bytes
+    for boundary in (1, 2, 5, 9, len(starts) - 1):
+        assert run(boundary) == reference, f"restore at batch {boundary} diverged"
+    eng = StreamingHierarchy.restore(reference)
+    assert eng.model_version_ > 0 and eng.n_events_seen_ == X.shape[0]
+    if half_life is not None:
+        assert eng._time_ref is not None and eng._time_ref > 0  # renormalised on the way
+    assert eng.snapshot() == reference
+
+
+def test_merge_of_two_workers_equals_one_engine(
+    small_stream: tuple[sp.csr_array, np.ndarray],
+) -> None:
+    X, _ = small_stream
+    eng = StreamingHierarchy(120, max_depth=2, refit_every=3000, min_split_weight=200.0)
+    _feed(eng, X[:9000], 1000)
+    assert eng.model_.n_leaves > 1
+    eng.refit_every = None  # workers route with the same model version between refits
+    snap = eng.snapshot()
+    whole = StreamingHierarchy.restore(snap)
+    worker_a = StreamingHierarchy.restore(snap)
+    worker_b = worker_a.fork()
+    half1, half2 = X[9000:15_000], X[15_000:]
+    _feed(whole, X[9000:], 1000)
+    _feed(worker_a, half1, 1000)
+    _feed(worker_b, half2, 1000)
+    assert worker_b.n_events_seen_ == half2.shape[0]
+    worker_a.merge(worker_b)
+    assert worker_a.n_events_seen_ == whole.n_events_seen_
+    for nid in whole.nodes_:
+        a, w = worker_a.node_accumulator(nid), whole.node_accumulator(nid)
+        assert a.weight == pytest.approx(w.weight, rel=1e-12)
+        for name in ("s", "C", "T"):
+            np.testing.assert_allclose(getattr(a, name), getattr(w, name), rtol=1e-9,
+                                       atol=1e-9)
+        assert len(worker_a.nodes_[nid].reservoir) <= worker_a.reservoir_size
+    np.testing.assert_array_equal(worker_a.predict(X), whole.predict(X))
+    # Different model versions do not merge.
+    moved = StreamingHierarchy.restore(snap)
+    moved.refit_every = None
+    moved.model_version_ += 1
+    with pytest.raises(ValueError, match="model versions"):
+        worker_a.merge(moved)
+
+
+def test_internal_c_is_offset_plus_children(
+    small_stream: tuple[sp.csr_array, np.ndarray],
+) -> None:
+    """design §3: C is added at leaves only; an internal node's C is offset + children."""
+    X, _ = small_stream
+    eng = StreamingHierarchy(120, max_depth=2, refit_every=None, min_split_weight=100.0)
+    eng.learn(X[:4000])
+    eng.refit()
+    eng.learn(X[4000:8000])
+    eng.refit()
+    root_before = eng.node_accumulator(0)
+    eng.learn(X[8000:12_000])
+    root_after = eng.node_accumulator(0)
+    dense = X[8000:12_000].toarray()
+    inc = dense.T @ dense
+    from streammom.moments import unpack_symmetric
+
+    np.testing.assert_allclose(
+        unpack_symmetric(root_after.C - root_before.C, 120), inc, rtol=1e-12, atol=1e-9
+    )
+    internal = [v for v in eng.nodes_.values() if not v.is_leaf]
+    assert internal and all(v.acc.C is not None for v in internal)

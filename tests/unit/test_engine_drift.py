@@ -1,0 +1,106 @@
+"""Decay, drift recovery, re-split and prune of the streaming engine (design §3, §5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.metrics import adjusted_rand_score
+
+from streammom import MomentAccumulator, StreamingHierarchy
+from streammom.datasets import make_hierarchical_bernoulli
+
+
+def _two_regimes(d: int, n1: int, n2: int) -> tuple[sp.csr_array, sp.csr_array, np.ndarray]:
+    """Regime 1, then a different 4-leaf mixture (other seed, features permuted)."""
+    kw = {"codes_per_event": 16.0, "signal": 0.9}
+    X1, _, _ = make_hierarchical_bernoulli(n1, d, 4, random_state=1, **kw)
+    X2, y2, _ = make_hierarchical_bernoulli(n2, d, 4, random_state=2, **kw)
+    perm = np.random.default_rng(5).permutation(d)
+    return X1, sp.csr_array(X2[:, perm]), y2
+
+
+def test_abrupt_drift_is_recovered_within_five_half_lives() -> None:
+    d, H, batch = 200, 2000, 500
+    X1, X2, y2 = _two_regimes(d, 30_000, 5 * H + 5000)
+    X_new, y_new = X2[5 * H :], y2[5 * H :]  # held-out events of the new mixture
+    eng = StreamingHierarchy(d, max_depth=2, half_life=H, refit_every=batch,
+                             min_split_weight=300.0, random_state=0)
+    for s in range(0, X1.shape[0], batch):
+        eng.learn(X1[s : s + batch])
+    assert eng.model_.n_leaves == 4
+    n_before = eng.n_events_seen_
+    assert adjusted_rand_score(y_new, eng.predict(X_new)) < 0.5  # the old tree is wrong now
+    for s in range(0, 5 * H, batch):
+        eng.learn(X2[s : s + batch])
+    assert adjusted_rand_score(y_new, eng.predict(X_new)) >= 0.9
+    events = [r["event"] for r in eng.lineage_ if r["n_events"] > n_before]
+    assert "re-split" in events
+    resplits = [r for r in eng.lineage_ if r["event"] == "re-split" and r["n_events"] > n_before]
+    assert all(r["removed"] and r["rerouted"] > eng.resplit_threshold for r in resplits)
+    assert set(eng.model_.leaf_ids).isdisjoint(range(7))  # the old leaves are gone
+
+
+@pytest.mark.parametrize("unit", ["events", "seconds"])
+def test_lazy_decay_is_exact(unit: str) -> None:
+    """Decayed sums equal the sums with explicit weights 2^(−age/H), across renormalisations."""
+    d, H, n = 40, 50.0, 6000  # 120 half-lives: the lazy scale is renormalised on the way
+    X, _, _ = make_hierarchical_bernoulli(n, d, 2, codes_per_event=6, random_state=7)
+    w = np.random.default_rng(8).uniform(0.5, 2.0, size=n)
+    ts = np.cumsum(np.random.default_rng(9).uniform(0.0, 2.0, size=n)) if unit == "seconds" \
+        else None
+    eng = StreamingHierarchy(d, max_depth=0, half_life=H, half_life_unit=unit,  # type: ignore[arg-type]
+                             refit_every=None, random_state=0)
+    for s in range(0, n, 700):
+        eng.learn(X[s : s + 700], weights=w[s : s + 700],
+                  timestamps=None if ts is None else ts[s : s + 700])
+    age = (n - 1 - np.arange(n)) if ts is None else (ts[-1] - ts)
+    ref = MomentAccumulator(d)
+    ref.update(X, w * 2.0 ** (-age / H))
+    got = eng.node_accumulator(0)
+    assert got.weight == pytest.approx(ref.weight, rel=1e-9)
+    np.testing.assert_allclose(got.s, ref.s, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.C, ref.C, rtol=1e-9, atol=1e-12)
+    eng.refit()  # the published model's node weights are refreshed at refits
+    assert eng.model_.root.weight == pytest.approx(ref.weight, rel=1e-9)
+
+
+def test_vanished_cluster_is_pruned() -> None:
+    """A child that stops receiving events decays below prune_fraction and is merged back.
+
+    ``refit_min_new_fraction=1`` freezes the root router after its first split (under decay
+    the weight received since a refit never reaches the node's whole weight), so the side
+    that stops receiving events decays geometrically until it is pruned.
+    """
+    d, H = 100, 500
+    X, y, _ = make_hierarchical_bernoulli(12_000, d, 2, codes_per_event=12, signal=0.9,
+                                          random_state=3)
+    eng = StreamingHierarchy(d, max_depth=1, half_life=H, refit_every=500,
+                             min_split_weight=200.0, refit_min_new_fraction=1.0,
+                             prune_fraction=0.05, random_state=0)
+    for s in range(0, 6000, 500):
+        eng.learn(X[s : s + 500])
+    assert eng.model_.n_leaves == 2
+    only = X[6000:][y[6000:] == 0]
+    n_before = eng.n_events_seen_
+    for s in range(0, only.shape[0], 250):
+        eng.learn(only[s : s + 250])
+    pruned = [r for r in eng.lineage_ if r["event"] == "prune" and r["n_events"] > n_before]
+    assert pruned and pruned[0]["node"] == 0 and len(pruned[0]["removed"]) == 2
+    assert min(pruned[0]["child_weights"]) < 0.05 * pruned[0]["weight"] + 1e-9
+    # After the prune the root C again holds everything (offset + children were folded in).
+    root = eng.nodes_[0]
+    assert root.acc.C is not None
+    eng.refit()
+    assert eng.node_accumulator(0).weight == pytest.approx(eng.model_.root.weight, rel=1e-12)
+    assert eng.model_.n_leaves == 1
+
+
+def test_no_version_churn_without_new_data() -> None:
+    X, _, _ = make_hierarchical_bernoulli(8000, 60, 2, codes_per_event=8, random_state=4)
+    eng = StreamingHierarchy(60, max_depth=1, half_life=1000, refit_every=None,
+                             min_split_weight=100.0)
+    eng.learn(X)
+    eng.refit()
+    v = eng.model_version_
+    assert eng.refit() == [] and eng.model_version_ == v
