@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -64,7 +64,7 @@ config_app = typer.Typer(no_args_is_help=True, help="Inspect the resolved config
 app.add_typer(config_app, name="config")
 
 
-def _settings(config: Path | None, sets: list[str] | None, **flags: dict) -> object:
+def _settings(config: Path | None, sets: list[str] | None, **flags: dict) -> Any:
     from service.config import ConfigError, load_settings, merge_overrides, parse_set_overrides
 
     try:

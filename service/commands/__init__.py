@@ -1,0 +1,1 @@
+"""Command implementations behind the thin typer CLI (service/cli.py)."""

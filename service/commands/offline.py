@@ -1,0 +1,279 @@
+"""Batch commands: ``fit`` (file → snapshot), ``assign`` (snapshot + events → assignments),
+``inspect`` (snapshot → tree with top features)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from service.config import LimitsSettings, ModelSettings
+from service.events import EventDecoder, Rejection
+from streammom.model import HierarchyModel
+from streammom.serialization import SnapshotFormatError, atomic_write_bytes, read_archive
+
+__all__ = [
+    "LoadedSnapshot",
+    "assign_file",
+    "fit_file",
+    "iter_batches",
+    "load_snapshot",
+    "model_tree",
+    "render_tree",
+]
+
+
+@dataclass
+class LoadedSnapshot:
+    """A snapshot file opened for use: the engine (if any) and its model."""
+
+    kind: str
+    engine: Any | None
+    model: HierarchyModel
+
+
+def load_snapshot(path: str | os.PathLike[str]) -> LoadedSnapshot:
+    """Open an engine snapshot, a daemon checkpoint or a bare model archive."""
+    raw = Path(path).read_bytes()
+    manifest, arrays = read_archive(raw)
+    kind = str(manifest.get("kind"))
+    if kind == "hierarchy-model":
+        return LoadedSnapshot(kind, None, HierarchyModel.from_archive(manifest, arrays))
+    if kind == "daemon-checkpoint":
+        from service.checkpoint import decode_checkpoint
+
+        engine = decode_checkpoint(raw).engine()
+        return LoadedSnapshot(kind, engine, engine.model_)
+    from streammom import StreamingHierarchy
+
+    try:
+        engine = StreamingHierarchy.from_archive(manifest, arrays)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise SnapshotFormatError(f"{path}: not a streammom snapshot ({kind}): {exc}") from exc
+    return LoadedSnapshot(kind, engine, engine.model_)
+
+
+def _open_text(path: str) -> IO[str]:
+    if path == "-":
+        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
+    return open(path, encoding="utf-8", errors="surrogateescape", newline="")
+
+
+def iter_batches(
+    path: str, *, batch_size: int, limits: LimitsSettings | None = None, fmt: str = "auto"
+) -> Iterator[tuple[list[Any], dict[str, int], int]]:
+    """Batches of valid events from a JSONL events file or a CSV of code rows.
+
+    Yields ``(features_or_events, rejected_by_reason, bytes_read_so_far)``. For JSONL the first
+    element is a list of validated events; for CSV a list of code lists (one row = one event).
+    """
+    if fmt == "auto":
+        fmt = "csv" if path.lower().endswith(".csv") else "jsonl"
+    decoder = EventDecoder(limits)
+    rejected: dict[str, int] = {}
+    nbytes = 0
+    batch: list[Any] = []
+    if fmt == "csv":
+        with _open_text(path) as fh:
+            for row in csv.reader(fh):
+                nbytes += sum(len(c) + 1 for c in row)
+                codes = [c.strip() for c in row if c.strip()]
+                if not codes:
+                    rejected["empty"] = rejected.get("empty", 0) + 1
+                    continue
+                batch.append(codes)
+                if len(batch) >= batch_size:
+                    yield batch, rejected, nbytes
+                    batch, rejected = [], {}
+    else:
+        stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+        try:
+            for line in stream:
+                nbytes += len(line)
+                value = line.rstrip(b"\r\n")
+                if not value.strip():
+                    continue
+                item = decoder.decode(value)
+                if isinstance(item, Rejection):
+                    rejected[item.reason] = rejected.get(item.reason, 0) + 1
+                    continue
+                batch.append(item)
+                if len(batch) >= batch_size:
+                    yield batch, rejected, nbytes
+                    batch, rejected = [], {}
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+    if batch or rejected:
+        yield batch, rejected, nbytes
+
+
+def _features(items: list[Any]) -> list[Any]:
+    return [it if isinstance(it, list) else it.features() for it in items]
+
+
+def fit_file(
+    path: str,
+    output: str,
+    model_cfg: ModelSettings,
+    *,
+    batch_size: int = 5000,
+    limits: LimitsSettings | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Stream a file through a fresh engine (``learn`` per batch), refit, write its snapshot."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from service.worker import build_engine
+
+    engine = build_engine(model_cfg)
+    binary = model_cfg.family == "bernoulli"
+    total = os.path.getsize(path) if path != "-" else None
+    rejected: dict[str, int] = {}
+    n = 0
+    columns = (TextColumn("[bold]fit"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[events]} events"))
+    with Progress(*columns, disable=not progress, transient=False) as bar:
+        task = bar.add_task("fit", total=total, events=0)
+        for items, rej, nbytes in iter_batches(path, batch_size=batch_size, limits=limits):
+            for k, v in rej.items():
+                rejected[k] = rejected.get(k, 0) + v
+            if items:
+                X = engine.vocabulary.transform(_features(items), binary=binary)
+                engine.learn(X)
+                n += len(items)
+            bar.update(task, completed=nbytes, events=n)
+    engine.refit()
+    atomic_write_bytes(output, engine.snapshot())
+    model = engine.model_
+    return {
+        "events": n,
+        "rejected": rejected,
+        "model_version": int(engine.model_version_),
+        "leaves": int(model.n_leaves),
+        "depth": int(model.max_depth),
+        "snapshot": str(output),
+    }
+
+
+def assign_file(snapshot: str, path: str, output: str, *, batch_size: int = 5000,
+                limits: LimitsSettings | None = None) -> dict[str, int]:
+    """Route every valid event of ``path`` with the snapshot's model; write assignments JSONL."""
+    loaded = load_snapshot(snapshot)
+    from streammom import Vocabulary
+
+    if loaded.engine is not None:
+        vocab = loaded.engine.vocabulary
+        route = loaded.engine.assign
+    else:
+        names = loaded.model.feature_names
+        if names is None:
+            raise SnapshotFormatError("a bare model without feature names cannot map events")
+        vocab = Vocabulary(tokens=[n for n in names if n])
+        d = loaded.model.n_features
+        model_route = loaded.model.route
+
+        def route(X: Any) -> Any:
+            X = X.tocsr()
+            if X.shape[1] < d:  # a growing vocabulary's unused columns
+                X.resize((X.shape[0], d))
+            return model_route(X)
+
+    binary = loaded.model.family == "bernoulli"
+    out = sys.stdout.buffer if output == "-" else open(output, "wb")  # noqa: SIM115
+    counts = {"assigned": 0, "rejected": 0}
+    try:
+        for items, rej, _ in iter_batches(path, batch_size=batch_size, limits=limits):
+            counts["rejected"] += sum(rej.values())
+            if not items:
+                continue
+            X = vocab.transform(_features(items), binary=binary)
+            routing = route(X)
+            lines = []
+            for i, rec in enumerate(routing.records()):
+                item = items[i]
+                ids = ({"event_id": item.id, "entity_id": getattr(item, "entity_id", None)}
+                       if not isinstance(item, list) else {"row": counts["assigned"] + i})
+                lines.append(json.dumps({**ids, **rec}, separators=(",", ":")).encode())
+            out.write(b"\n".join(lines) + b"\n")
+            counts["assigned"] += len(items)
+    finally:
+        if out is not sys.stdout.buffer:
+            out.close()
+        else:
+            out.flush()
+    return counts
+
+
+def _describe(name: str) -> str | None:
+    from service.synthetic import code_description
+
+    return code_description(name)
+
+
+def model_tree(model: HierarchyModel, *, top: int = 5, lam: float = 0.7) -> dict[str, Any]:
+    """The tree as nested JSON: id, depth, weight, quality and top features by relevance."""
+
+    def node(nid: int) -> dict[str, Any]:
+        n = model.nodes[nid]
+        feats = []
+        for f in model.top_features(nid, n=top, lam=lam):
+            entry: dict[str, Any] = {"feature": f.name, "relevance": round(f.relevance, 4),
+                                     "p": round(f.probability, 4), "lift": round(f.lift, 3)}
+            desc = _describe(f.name)
+            if desc:
+                entry["description"] = desc
+            feats.append(entry)
+        return {
+            "id": nid,
+            "depth": n.depth,
+            "weight": round(float(n.weight), 3),
+            "leaf": n.is_leaf,
+            "quality": {k: round(float(v), 4) for k, v in n.quality.items()},
+            "top_features": feats,
+            "children": [node(c) for c in n.children],
+        }
+
+    return {
+        "model_version": model.version,
+        "method": model.method,
+        "family": model.family,
+        "n_features": model.n_features,
+        "leaves": model.n_leaves,
+        "depth": model.max_depth,
+        "root": node(model.root_id),
+    }
+
+
+def render_tree(tree: dict[str, Any], *, title: str | None = None) -> Any:
+    """A rich ``Tree`` of :func:`model_tree` output."""
+    from rich.markup import escape
+    from rich.tree import Tree
+
+    def label(n: dict[str, Any]) -> str:
+        kind = "leaf" if n["leaf"] else "node"
+        feats = ", ".join(
+            f"{escape(f['feature'])}"
+            + (f" [dim]{escape(f['description'][:48])}[/dim]" if f.get("description") else "")
+            + f" ({f['p']:.2f})"
+            for f in n["top_features"]
+        )
+        return f"[bold]{kind} {n['id']}[/bold]  w={n['weight']:.0f}  {feats}"
+
+    root = tree["root"]
+    t = Tree(title or (f"[bold]model v{tree['model_version']}[/bold] — {tree['leaves']} leaves, "
+                       f"depth {tree['depth']}, {tree['method']}/{tree['family']}"))
+
+    def add(parent: Any, n: dict[str, Any]) -> None:
+        branch = parent.add(label(n))
+        for c in n["children"]:
+            add(branch, c)
+
+    add(t, root)
+    return t

@@ -1,0 +1,92 @@
+"""``streammom produce-sample``: synthetic encounter events to a Kafka topic or a JSONL file."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+
+from service.config import KafkaSettings
+
+__all__ = ["produce_sample", "sample_messages"]
+
+
+def sample_messages(
+    events: int, *, seed: int = 0, malformed_every: int = 0
+) -> Iterator[tuple[bytes | None, bytes]]:
+    """``(key, value)`` of ``events`` synthetic events, plus one malformed message after every
+    ``malformed_every`` valid ones (cycling through every dead-letter reason) if > 0."""
+    from service.synthetic import generate_cohort, malformed_samples
+
+    cohort = generate_cohort(events, seed=seed)
+    bad = malformed_samples()
+    for i, (codes_value, ev) in enumerate(zip(cohort.event_bytes(), cohort.events(),
+                                             strict=True)):
+        yield str(ev["entity_id"]).encode(), codes_value
+        if malformed_every > 0 and (i + 1) % malformed_every == 0:
+            yield None, bad[((i + 1) // malformed_every - 1) % len(bad)][1]
+
+
+def _pace(start: float, sent: int, rate: float) -> None:
+    if rate > 0:
+        ahead = sent / rate - (time.monotonic() - start)
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def produce_sample(
+    *,
+    events: int,
+    topic: str | None = None,
+    bootstrap: str | None = None,
+    output: str | None = None,
+    rate: float = 0.0,
+    seed: int = 0,
+    malformed_every: int = 0,
+) -> int:
+    """Send the sample to Kafka (``bootstrap`` + ``topic``) or write it to ``output``
+    (``-`` = stdout). ``rate`` limits events/s (0 = as fast as possible). Returns the count."""
+    sent = 0
+    start = time.monotonic()
+    if output is not None:
+        out = sys.stdout.buffer if output == "-" else open(output, "wb")  # noqa: SIM115
+        try:
+            for _, value in sample_messages(events, seed=seed, malformed_every=malformed_every):
+                out.write(value + b"\n")
+                sent += 1
+                _pace(start, sent, rate)
+        finally:
+            if out is not sys.stdout.buffer:
+                out.close()
+            else:
+                out.flush()
+        return sent
+    if bootstrap is None or topic is None:
+        raise ValueError("give --bootstrap and --topic, or --output")
+    from service.kafka_transport import KafkaSink
+    from service.transport import TransportError
+
+    sink = KafkaSink(KafkaSettings(bootstrap_servers=bootstrap, linger_ms=20,
+                                   client_id="streammom-sample"))
+    try:
+        for key, value in sample_messages(events, seed=seed, malformed_every=malformed_every):
+            sink.produce(topic, key, value)
+            sent += 1
+            if sent % 5000 == 0:
+                _flush_retry(sink, TransportError)
+            _pace(start, sent, rate)
+        _flush_retry(sink, TransportError)
+    finally:
+        sink.close()
+    return sent
+
+
+def _flush_retry(sink: object, error: type[Exception], attempts: int = 30) -> None:
+    for i in range(attempts):
+        try:
+            sink.flush(10.0)  # type: ignore[attr-defined]
+            return
+        except error:
+            if i == attempts - 1:
+                raise
+            time.sleep(min(0.2 * 2**i, 5.0))

@@ -1,0 +1,142 @@
+"""``streammom report`` (HTML/PNG/SVG views of a snapshot) and ``inspect`` (tree in a terminal).
+
+The views themselves live in :mod:`streammom.report`; this module opens the files the daemon
+writes (model archives, engine snapshots and daemon checkpoints), resolves ``--codes``
+(``auto`` by default: ICD-10-CM names when the features look like ICD-10-CM codes), and turns
+errors into one clear line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from streammom.model import HierarchyModel
+from streammom.report import (
+    CodeMap,
+    build_report,
+    compute_figures,
+    export_figures,
+    from_engine,
+    load_codes,
+    load_model,
+)
+from streammom.report.codes import detect_codes
+from streammom.serialization import SnapshotFormatError, atomic_write_bytes, read_archive
+
+__all__ = ["inspect_snapshot", "load_for_report", "resolve_codes", "run_report"]
+
+EXIT_USAGE = 2
+
+
+def load_for_report(path: str | os.PathLike[str]) -> tuple[HierarchyModel, dict[str, Any]]:
+    """``(model, info)`` of a model archive, an engine snapshot or a daemon checkpoint."""
+    source = Path(path)
+    if not source.is_file():
+        raise FileNotFoundError(f"snapshot not found: {source}")
+    raw = source.read_bytes()
+    try:
+        manifest, _ = read_archive(raw)
+    except SnapshotFormatError as exc:
+        raise SnapshotFormatError(f"{source}: not a streammom snapshot ({exc})") from exc
+    if manifest.get("kind") == "daemon-checkpoint":
+        from service.checkpoint import decode_checkpoint
+
+        try:
+            engine = decode_checkpoint(raw).engine()
+        except (KeyError, ValueError, TypeError) as exc:
+            raise SnapshotFormatError(f"{source}: invalid daemon checkpoint: {exc}") from exc
+        try:
+            return from_engine(engine, source=str(source))
+        except ValueError as exc:
+            raise SnapshotFormatError(f"{source}: {exc}") from exc
+    return load_model(source)
+
+
+def resolve_codes(spec: str | None, model: HierarchyModel) -> CodeMap | None:
+    """``--codes``: ``auto`` (default: ICD-10-CM if the features look like it), ``none``,
+    ``icd10``, ``icd9`` (explains the CSV route) or a ``code,name`` CSV path."""
+    if spec is None or spec.strip().lower() == "auto":
+        return detect_codes(model.feature_names)
+    if spec.strip().lower() == "none":
+        return None
+    return load_codes(spec)
+
+
+def _fail(message: str, err: TextIO | None = None) -> int:
+    print(f"error: {message}", file=err or sys.stderr)
+    return EXIT_USAGE
+
+
+def run_report(
+    snapshot: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    events: str | os.PathLike[str] | None = None,
+    codes: str | None = None,
+    lam: float = 0.7,
+    png_dir: str | os.PathLike[str] | None = None,
+    svg_dir: str | os.PathLike[str] | None = None,
+    sample: int = 400,
+    seed: int = 0,
+    err: TextIO | None = None,
+) -> int:
+    """Write the HTML report of ``snapshot`` to ``output`` (+ PNG/SVG exports); exit status."""
+    err = err or sys.stderr
+    try:
+        model, info = load_for_report(snapshot)
+        code_map = resolve_codes(codes, model)
+        figures = compute_figures(
+            model, codes=code_map, events=events, lam=lam, sample=sample, seed=seed
+        )
+        html = build_report(model, info, figures=figures)
+        atomic_write_bytes(output, html.encode("utf-8"))
+        written = [Path(output)]
+        if png_dir is not None or svg_dir is not None:
+            written += export_figures(figures, png_dir=png_dir, svg_dir=svg_dir)
+    except (OSError, ValueError, RuntimeError) as exc:
+        return _fail(str(exc), err)
+    heat = f", heatmap of {figures.heatmap.n_rows} events" if figures.heatmap else ""
+    print(
+        f"report of model v{model.version} ({len(model.nodes)} nodes, {model.n_leaves} leaves"
+        f"{heat}): " + ", ".join(str(p) for p in written),
+        file=err,
+    )
+    return 0
+
+
+def inspect_snapshot(
+    path: str | os.PathLike[str],
+    codes: str | None = None,
+    json_output: bool = False,
+    *,
+    top: int = 5,
+    lam: float = 0.7,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Print a snapshot's tree (rich) or its JSON summary; return the exit status.
+
+    This is what ``streammom inspect SNAPSHOT [--codes …] [--json] [--top N]`` runs.
+    """
+    from streammom.report.terminal import render_tree, tree_summary
+
+    out = out or sys.stdout
+    try:
+        model, info = load_for_report(path)
+        code_map = resolve_codes(codes, model)
+    except (OSError, ValueError) as exc:
+        return _fail(str(exc), err)
+    if json_output:
+        summary = tree_summary(model, info, code_map, top, lam=lam)
+        out.write(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+        return 0
+    from rich.console import Console
+
+    tty = hasattr(out, "isatty") and out.isatty()
+    console = Console(file=out, width=None if tty else 160)
+    console.print(render_tree(model, info, code_map, top, lam=lam))
+    return 0

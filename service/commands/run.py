@@ -1,0 +1,161 @@
+"""``streammom run``: the daemon (Kafka) or the embedded mode (JSONL files / stdin / stdout)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from service.config import Settings
+from service.logs import setup_logging
+from service.metrics import WorkerMetrics
+from service.transport import Sink, Source, TransportError
+from service.worker import Worker
+
+__all__ = ["install_signal_handlers", "run_daemon"]
+
+_log = logging.getLogger("streammom.run")
+
+
+def install_signal_handlers(worker: Worker) -> None:
+    """SIGTERM/SIGINT: the first sets the stop flag; the second exits immediately with 1."""
+    state = {"count": 0}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        state["count"] += 1
+        if state["count"] > 1:
+            os._exit(1)
+        worker.request_stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def _embedded_io(
+    settings: Settings, input_path: str, output: str | None, dead_letters: str | None
+) -> tuple[Source, Sink]:
+    from service.file_transport import FileSink, FileSource
+
+    topics = settings.topics
+    routes: dict[str, Any] = {topics.assignments: output or "-",
+                              topics.models: Path(settings.checkpoint.dir) / "model.smm"}
+    if dead_letters:
+        routes[topics.dead_letters] = dead_letters
+    source = FileSource(input_path)
+    sink = FileSink(routes, envelope_topics=[topics.dead_letters], replace_topics=[topics.models])
+    return source, sink
+
+
+def _kafka_io(settings: Settings, worker_stop: Any) -> tuple[Source, Sink]:
+    from service.kafka_transport import KafkaSink, KafkaSource, ensure_topics
+
+    if settings.kafka.create_topics:
+        backoff = settings.worker.backoff_initial_s
+        while not worker_stop.is_set():
+            try:
+                ensure_topics(settings.kafka, settings.topics)
+                break
+            except TransportError as exc:
+                _log.warning("cannot reach the broker to create topics; retrying",
+                             extra={"error": str(exc)})
+                worker_stop.wait(backoff)
+                backoff = min(backoff * 2, settings.worker.backoff_max_s)
+    source = KafkaSource(settings.kafka, settings.topics.input,
+                         max_poll_records=settings.worker.batch_max_records)
+    return source, KafkaSink(settings.kafka)
+
+
+class _Stop:
+    """A stop flag usable before the worker exists (set by the early signal handler)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.event = threading.Event()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self, seconds: float) -> None:
+        self.event.wait(seconds)
+
+
+def run_daemon(
+    settings: Settings,
+    *,
+    input_path: str | None = None,
+    output: str | None = None,
+    dead_letters: str | None = None,
+    serve_http: bool | None = None,
+) -> int:
+    """Run the worker until SIGTERM/SIGINT (Kafka) or the end of the input (embedded).
+
+    Returns the process exit code (0 after a clean shutdown with a final checkpoint).
+    """
+    setup_logging(settings.worker.log_level)
+    metrics = WorkerMetrics()
+    embedded = input_path is not None
+    serve = settings.http.enabled and not embedded if serve_http is None else serve_http
+    early = _Stop()
+    prev = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def early_handler(signum: int, frame: FrameType | None) -> None:
+        early.event.set()
+
+    for s in prev:
+        signal.signal(s, early_handler)
+    worker: Worker | None = None
+    http = None
+    try:
+        if embedded:
+            source, sink = _embedded_io(settings, input_path, output, dead_letters)
+        else:
+            # HTTP first so /healthz answers while we wait for the broker
+            holder: dict[str, Worker] = {}
+            if serve:
+                from service.http import HealthServer
+
+                http = HealthServer(
+                    metrics.registry,
+                    health=lambda: (True, {"phase": "starting"}) if "w" not in holder
+                    else holder["w"].health(),
+                    ready=lambda: (False, {"phase": "starting"}) if "w" not in holder
+                    else holder["w"].readiness(),
+                    host=settings.http.host,
+                    port=settings.http.port,
+                ).start()
+                _log.info("http listening", extra={"host": http.host, "port": http.port})
+            source, sink = _kafka_io(settings, early)
+        worker = Worker(settings, source, sink, metrics=metrics, exit_when_idle=embedded)
+        if not embedded:
+            holder["w"] = worker
+        elif serve:
+            from service.http import HealthServer
+
+            http = HealthServer(metrics.registry, health=worker.health, ready=worker.readiness,
+                                host=settings.http.host, port=settings.http.port).start()
+        install_signal_handlers(worker)
+        if early.is_set():
+            worker.request_stop()
+        _log.info("starting", extra={
+            "mode": "embedded" if embedded else "kafka",
+            "input": input_path or settings.topics.input,
+            "checkpoint_dir": str(settings.checkpoint.dir)})
+        t0 = time.perf_counter()
+        code = worker.run()
+        elapsed = time.perf_counter() - t0
+        _log.info("exit", extra={"code": code, "seconds": round(elapsed, 3),
+                                 "processed": worker.counters["processed"],
+                                 "rejected": worker.counters["rejected"]})
+        return code
+    finally:
+        if http is not None:
+            http.close()
+        for s, handler in prev.items():
+            signal.signal(s, handler)
+        sys.stdout.flush()

@@ -1,0 +1,272 @@
+"""Daemon configuration: pydantic-settings with nested sections, TOML file, env and CLI flags.
+
+Precedence (lowest → highest): defaults < TOML file < environment < CLI flags.
+
+* TOML file: ``--config FILE`` or ``STREAMMOM_CONFIG``; sections ``[kafka]``, ``[topics]``,
+  ``[model]``, ``[checkpoint]``, ``[http]``, ``[limits]``, ``[worker]``.
+* Environment: prefix ``STREAMMOM_``, nested delimiter ``__``, e.g.
+  ``STREAMMOM_KAFKA__BOOTSTRAP_SERVERS=broker:9092``, ``STREAMMOM_TOPICS__INPUT=events``.
+* CLI flags: passed as nested overrides (``streammom run --set model.max_leaves=32``).
+
+Unknown keys are rejected everywhere (``extra="forbid"``), including inside the TOML file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+__all__ = [
+    "CheckpointSettings",
+    "HttpSettings",
+    "KafkaSettings",
+    "LimitsSettings",
+    "ModelSettings",
+    "Settings",
+    "TopicsSettings",
+    "WorkerSettings",
+    "dump_settings",
+    "load_settings",
+    "parse_set_overrides",
+]
+
+CONFIG_ENV = "STREAMMOM_CONFIG"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSettings(_Section):
+    """Kafka client settings (kafka-python 3)."""
+
+    bootstrap_servers: str = "localhost:9092"
+    group_id: str = "streammom"
+    group_instance_id: str | None = Field(
+        default=None, description="static membership id (e.g. the StatefulSet pod name)"
+    )
+    client_id: str = "streammom"
+    session_timeout_ms: int = Field(default=6000, ge=1000)
+    heartbeat_interval_ms: int = Field(default=1000, ge=100)
+    max_poll_interval_ms: int = Field(default=300_000, ge=1000)
+    request_timeout_ms: int = Field(default=30_000, ge=1000)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = "gzip"
+    linger_ms: int = Field(default=5, ge=0)
+    max_request_size: int = Field(default=1_048_576, ge=1024)
+    max_block_ms: int = Field(default=5000, ge=100, description="producer send() block bound")
+    create_topics: bool = Field(default=True, description="create missing topics at start")
+    topic_partitions: int = Field(default=1, ge=1, description="partitions of created topics")
+    replication_factor: int = Field(default=1, ge=1)
+
+
+class TopicsSettings(_Section):
+    """Topic names."""
+
+    input: str = "streammom.events"
+    assignments: str = "streammom.assignments"
+    models: str = "streammom.models"
+    dead_letters: str = "streammom.events.dlq"
+
+
+class ModelSettings(_Section):
+    """Engine hyper-parameters (:class:`streammom.StreamingHierarchy`) and the vocabulary."""
+
+    name: str = Field(default="streammom", description="key of the models-topic message")
+    max_depth: int = Field(default=4, ge=1, le=16)
+    max_leaves: int = Field(default=16, ge=1)
+    min_split_weight: float = Field(default=500.0, gt=0)
+    half_life: float | None = Field(default=None, gt=0)
+    refit_every: int = Field(default=10_000, ge=1)
+    reservoir_size: int = Field(default=1024, ge=2)
+    basis_dim: int = Field(default=8, ge=2)
+    method: Literal["dsidiwo", "sidiwo"] = "dsidiwo"
+    family: Literal["bernoulli", "multinomial"] = "bernoulli"
+    random_state: int = 0
+    vocabulary_capacity: int = Field(default=4096, ge=1)
+    vocabulary_file: Path | None = Field(
+        default=None, description="fixed vocabulary (one token per line); else growing"
+    )
+
+
+class CheckpointSettings(_Section):
+    """Where and how often the state + offsets checkpoint is written."""
+
+    dir: Path = Path("/var/lib/streammom")
+    every_events: int = Field(default=50_000, ge=1)
+    every_seconds: float = Field(default=30.0, gt=0)
+
+
+class HttpSettings(_Section):
+    """The metrics/health HTTP server."""
+
+    enabled: bool = True
+    host: str = "0.0.0.0"
+    port: int = Field(default=9108, ge=0, le=65535)
+
+
+class LimitsSettings(_Section):
+    """Input limits; violating events are dead-lettered (see :mod:`service.events`)."""
+
+    max_message_bytes: int = Field(default=256 * 1024, ge=64)
+    max_codes: int = Field(default=512, ge=1)
+    max_tokens: int = Field(default=20_000, ge=1)
+    max_distinct_counts: int = Field(default=5_000, ge=1)
+    max_code_length: int = Field(default=64, ge=1)
+    max_id_length: int = Field(default=256, ge=1)
+    max_count_value: int = Field(default=1_000_000, ge=1)
+
+
+class WorkerSettings(_Section):
+    """The consume loop."""
+
+    batch_max_records: int = Field(default=2000, ge=1)
+    poll_timeout_s: float = Field(default=0.5, gt=0, le=1.0)
+    model_publish_interval_s: float = Field(default=60.0, gt=0)
+    backoff_initial_s: float = Field(default=0.2, gt=0)
+    backoff_max_s: float = Field(default=5.0, gt=0)
+    flush_timeout_s: float = Field(default=10.0, gt=0)
+    shutdown_timeout_s: float = Field(
+        default=30.0, gt=0, description="give up flushing at shutdown (no checkpoint) after"
+    )
+    heartbeat_timeout_s: float = Field(default=60.0, gt=0, description="/healthz staleness")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class Settings(BaseSettings):
+    """The resolved daemon configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="STREAMMOM_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    kafka: KafkaSettings = KafkaSettings()
+    topics: TopicsSettings = TopicsSettings()
+    model: ModelSettings = ModelSettings()
+    checkpoint: CheckpointSettings = CheckpointSettings()
+    http: HttpSettings = HttpSettings()
+    limits: LimitsSettings = LimitsSettings()
+    worker: WorkerSettings = WorkerSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_file = _CURRENT_TOML.get("path")
+        if toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        return tuple(sources)
+
+
+# The TOML file of the construction in progress (set by load_settings under _TOML_LOCK).
+_CURRENT_TOML: dict[str, Path | None] = {"path": None}
+_TOML_LOCK = threading.Lock()
+
+
+class ConfigError(ValueError):
+    """The configuration file or overrides are invalid."""
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Resolve the settings: defaults < TOML (``config_file`` or ``$STREAMMOM_CONFIG``) < env
+    < ``overrides`` (nested dict, e.g. from CLI flags)."""
+    path = config_file if config_file is not None else os.environ.get(CONFIG_ENV) or None
+    toml_path = Path(path) if path is not None else None
+    if toml_path is not None and not toml_path.is_file():
+        raise ConfigError(f"config file not found: {toml_path}")
+    with _TOML_LOCK:
+        _CURRENT_TOML["path"] = toml_path
+        try:
+            return Settings(**dict(overrides or {}))
+        finally:
+            _CURRENT_TOML["path"] = None
+
+
+def parse_set_overrides(items: list[str] | None) -> dict[str, Any]:
+    """``["model.max_leaves=32", "kafka.group_id=g"]`` → nested dict (values parsed as JSON
+    when possible, else kept as strings)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(f"--set expects section.key=value, got {item!r}")
+        section, _, name = key.strip().partition(".")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+def merge_overrides(*parts: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Deep-merge nested override dicts (later wins); ``None`` values are skipped."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for section, values in (part or {}).items():
+            if isinstance(values, Mapping):
+                for key, value in values.items():
+                    if value is not None:
+                        out.setdefault(section, {})[key] = value
+            elif values is not None:
+                out[section] = values
+    return out
+
+
+def dump_settings(settings: Settings, fmt: Literal["toml", "json"] = "toml") -> str:
+    """The resolved settings as TOML or JSON, secrets masked."""
+    data = settings.model_dump(mode="json")
+    if fmt == "json":
+        return json.dumps(data, indent=2, sort_keys=False)
+    return to_toml(data)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def to_toml(data: Mapping[str, Any]) -> str:
+    """A minimal TOML writer for one level of tables of scalars (``None`` → commented out)."""
+    lines: list[str] = []
+    for section, values in data.items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            if value is None:
+                lines.append(f"# {key} = (unset)")
+            else:
+                lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)

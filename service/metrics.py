@@ -1,0 +1,113 @@
+"""Prometheus metrics of one worker, on a dedicated ``CollectorRegistry`` (testable, no globals).
+
+Names follow the Prometheus conventions (``streammom_`` prefix, base units, ``_total``
+counters; the Python client appends ``_total`` itself). Labels are bounded: ``reason``,
+``topic``, ``partition`` — never event or entity ids.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.exposition import generate_latest
+
+from service.transport import TopicPartition
+from streammom import __version__
+
+__all__ = ["WorkerMetrics"]
+
+_BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_REFIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class WorkerMetrics:
+    """All daemon metrics, registered on ``registry`` (a fresh one by default)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        self.events_processed = Counter(
+            "streammom_events_processed", "Valid events learned and assigned.", registry=r
+        )
+        self.events_rejected = Counter(
+            "streammom_events_rejected",
+            "Invalid events sent to the dead-letter topic, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.batch_duration = Histogram(
+            "streammom_batch_duration_seconds",
+            "Wall time to process one polled batch (decode, learn, produce, flush).",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "streammom_consumer_lag_records",
+            "Records not yet processed per input partition (high watermark - position).",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.model_version = Gauge(
+            "streammom_model_version", "Version of the current model.", registry=r
+        )
+        self.refit_duration = Histogram(
+            "streammom_refit_duration_seconds",
+            "Duration of model refits.",
+            buckets=_REFIT_BUCKETS,
+            registry=r,
+        )
+        self.last_refit = Gauge(
+            "streammom_last_refit_timestamp_seconds",
+            "Unix time of the last refit (wall clock of this worker).",
+            registry=r,
+        )
+        self.tree_leaves = Gauge("streammom_tree_leaves", "Leaves of the current tree.", registry=r)
+        self.tree_depth = Gauge("streammom_tree_depth", "Depth of the current tree.", registry=r)
+        self.last_checkpoint = Gauge(
+            "streammom_last_checkpoint_timestamp_seconds",
+            "Unix time of the last checkpoint written.",
+            registry=r,
+        )
+        self.ready = Gauge(
+            "streammom_ready",
+            "1 when partitions are assigned, state is restored, a model exists and the broker "
+            "is reachable.",
+            registry=r,
+        )
+        self.assignments_published = Counter(
+            "streammom_assignments_published",
+            "Assignment messages produced (acknowledged or queued).",
+            registry=r,
+        )
+        self.build_info = Info("streammom_build", "Build information.", registry=r)
+        self.build_info.info({"version": __version__, "python": platform.python_version()})
+        for reason in ("invalid_json", "not_utf8", "schema", "empty", "oversized",
+                       "unknown_type"):
+            self.events_rejected.labels(reason=reason)
+        self._lag_labels: set[TopicPartition] = set()
+
+    def set_lag(self, lag: Mapping[TopicPartition, int]) -> None:
+        """Replace the per-partition lag gauges (removing partitions no longer assigned)."""
+        for tp in self._lag_labels - set(lag):
+            self.consumer_lag.remove(tp[0], str(tp[1]))
+        for (topic, partition), value in lag.items():
+            self.consumer_lag.labels(topic=topic, partition=str(partition)).set(value)
+        self._lag_labels = set(lag)
+
+    def exposition(self) -> bytes:
+        """The text exposition of the registry."""
+        return generate_latest(self.registry)

@@ -1,0 +1,135 @@
+"""The transport port: what the worker needs from a message broker, and nothing more.
+
+Implementations: :mod:`service.kafka_transport` (kafka-python, the only module that imports
+it), :mod:`service.memory_transport` (in-memory broker for unit tests) and
+:mod:`service.file_transport` (JSONL files / stdin / stdout for the embedded mode).
+
+Offsets are always *next* offsets (the offset of the next record to read), as in Kafka commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "Headers",
+    "Offsets",
+    "Record",
+    "Sink",
+    "Source",
+    "TopicPartition",
+    "TransportError",
+    "flatten_offsets",
+    "nest_offsets",
+]
+
+#: ``(topic, partition)``.
+TopicPartition = tuple[str, int]
+#: ``{(topic, partition): next_offset}``.
+Offsets = dict[TopicPartition, int]
+#: Kafka-style headers: a sequence of ``(name, value)`` pairs.
+Headers = Sequence[tuple[str, bytes]]
+
+
+class TransportError(RuntimeError):
+    """A transient broker/IO failure: retried with backoff, never dead-lettered."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One consumed message."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = field(default_factory=tuple)
+    timestamp_ms: int | None = None
+
+
+AssignCallback = Callable[[list[TopicPartition]], None]
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A partitioned, offset-addressed input (a Kafka consumer, a file, a fake).
+
+    ``on_assign`` / ``on_revoke`` (set by the worker) are called with the partitions gained /
+    lost. They may run on a client IO thread: they must not block.
+    """
+
+    on_assign: AssignCallback | None
+    on_revoke: AssignCallback | None
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first."""
+        ...
+
+    def assignment(self) -> set[TopicPartition]:
+        """Partitions currently assigned."""
+        ...
+
+    def seek(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Continue each given (assigned) partition from its next offset."""
+        ...
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Record next offsets durably in the broker (for lag monitoring and tools)."""
+        ...
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """Records not yet read per assigned partition (where known, without blocking)."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """An output for assignments, models and dead letters.
+
+    ``produce`` queues; ``flush`` returns only when every queued message is acknowledged, or
+    raises :class:`TransportError` (the sink keeps unacknowledged messages and re-sends them on
+    the next ``flush``: nothing is dropped).
+    """
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers = ()
+    ) -> None:
+        """Queue one message."""
+        ...
+
+    def flush(self, timeout: float) -> None:
+        """Wait for every queued message to be acknowledged (raise TransportError if not)."""
+        ...
+
+    def close(self) -> None:
+        """Flush what can be flushed and release resources (idempotent)."""
+        ...
+
+
+def nest_offsets(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    """``{(t, p): o}`` → ``{t: {str(p): o}}`` (the JSON form stored in checkpoints)."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def flatten_offsets(nested: Mapping[str, Mapping[str, int]]) -> Offsets:
+    """Inverse of :func:`nest_offsets` (validates types)."""
+    out: Offsets = {}
+    for topic, parts in nested.items():
+        if not isinstance(topic, str) or not isinstance(parts, Mapping):
+            raise ValueError("offsets must be {topic: {partition: offset}}")
+        for partition, offset in parts.items():
+            p = int(partition)
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 or p < 0:
+                raise ValueError(f"bad offset {topic}[{partition}] = {offset!r}")
+            out[(topic, p)] = offset
+    return out

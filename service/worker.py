@@ -1,0 +1,650 @@
+"""The daemon loop: a thin, transport-agnostic loop around :class:`streammom.StreamingHierarchy`.
+
+Per batch (bounded ``max_records``, poll timeout ≤ 1 s)::
+
+    poll → decode/validate (bad → DLQ with the original bytes + dlq.* headers)
+         → vocabulary.transform → engine.learn  (ONE vectorised engine call per batch)
+         → produce one assignment per valid event (+ the model when its version changed or
+           every ``model_publish_interval_s``)
+         → flush (retried with backoff until the broker acknowledged everything)
+         → advance the in-memory offsets → checkpoint if due → commit the checkpointed offsets
+
+Delivery semantics (design §6):
+
+* **State: exactly once.** The checkpoint (engine + next offsets, one atomic file) is the source
+  of truth. On (re)assignment the worker seeks each partition to the offset its in-memory state
+  belongs to (the checkpoint's after a restart); partitions it has never seen start from the
+  group's committed offset or the earliest one.
+* **Kafka commits follow checkpoints.** Only offsets covered by a written checkpoint are
+  committed, so a committed offset never runs ahead of durable state (a partition missing from
+  the checkpoint can safely fall back to the committed offset). Commits serve lag monitoring and
+  tools; the in-process ``streammom_consumer_lag_records`` gauge is exact per batch.
+* **Outputs: at least once.** A checkpoint is written only after the outputs of every event it
+  covers were acknowledged; after a crash the events since the last checkpoint are replayed and
+  their assignments produced again (same key, model version in the value and headers).
+* **Broker errors** are retried with exponential backoff (never dead-lettered, never fatal); the
+  heartbeat keeps ``/healthz`` green while ``/readyz`` reports the outage.
+* **Shutdown** (SIGTERM/SIGINT set a flag): finish the batch, flush, checkpoint, commit, close,
+  exit 0. If the outputs cannot be flushed within ``shutdown_timeout_s`` the worker exits 1
+  *without* a checkpoint, so those events are replayed on the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from service.checkpoint import CheckpointStore, encode_checkpoint
+from service.config import ModelSettings, Settings
+from service.events import EventDecoder, Rejection
+from service.metrics import WorkerMetrics
+from service.transport import Record, Sink, Source, TopicPartition, TransportError
+from streammom import __version__
+
+__all__ = ["BatchResult", "Worker", "build_engine", "encode_model_message"]
+
+_log = logging.getLogger("streammom.worker")
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_MODEL_CONTENT_TYPE = b"application/vnd.streammom.model+zip"
+_MESSAGE_OVERHEAD = 4096  # record + batch headers, key, message headers
+
+
+def build_engine(cfg: ModelSettings) -> Any:
+    """A fresh :class:`streammom.StreamingHierarchy` (+ vocabulary) from the model settings."""
+    from streammom import StreamingHierarchy, Vocabulary
+
+    if cfg.vocabulary_file is not None:
+        vocab = Vocabulary.from_file(cfg.vocabulary_file)
+    else:
+        vocab = Vocabulary(capacity=cfg.vocabulary_capacity)
+    return StreamingHierarchy(
+        vocabulary=vocab,
+        max_depth=cfg.max_depth,
+        max_leaves=cfg.max_leaves,
+        min_split_weight=cfg.min_split_weight,
+        half_life=cfg.half_life,
+        refit_every=cfg.refit_every,
+        reservoir_size=cfg.reservoir_size,
+        basis_dim=cfg.basis_dim,
+        method=cfg.method,
+        family=cfg.family,
+        random_state=cfg.random_state,
+    )
+
+
+def encode_model_message(model: Any, max_bytes: int) -> tuple[bytes, str]:
+    """The compact models-topic value of ``model`` and the dtype used.
+
+    ``HierarchyModel.to_bytes(dtype=float32)`` is already a deflate-compressed archive. If it
+    does not fit ``max_bytes`` the arrays are stored as float16 (≈ 3 significant digits: enough
+    to route and to rank features, not to resume learning); if that does not fit either a
+    :class:`ValueError` is raised (the caller logs it and keeps the model in the checkpoint).
+    """
+    for dtype, name in ((np.float32, "float32"), (np.float16, "float16")):
+        data = model.to_bytes(dtype=dtype)
+        if len(data) <= max_bytes:
+            return data, name
+    raise ValueError(f"model archive is {len(data)} bytes even as float16 > {max_bytes}")
+
+
+def assignment_values(events: list[Any], routing: Any) -> list[bytes]:
+    """The JSON assignment of every event, as ``Routing.records()`` would give, but built from
+    the routing arrays with per-leaf cached paths (the per-event work is string joins only).
+
+    ``{"event_id", "entity_id", "leaf_id", "path", "margins", "model_version"}``.
+    """
+    enc = _encode_str
+    leaves = routing.leaf_ids
+    paths = routing.paths
+    margins = routing.margins
+    version = int(routing.model_version)
+    cache: dict[int, tuple[str, int]] = {}
+    uniq, first = np.unique(leaves, return_index=True)
+    for leaf, row in zip(uniq.tolist(), first.tolist(), strict=True):
+        path = paths[row]
+        depth = int((path >= 0).sum())
+        cache[leaf] = (",".join(str(int(v)) for v in path[:depth]), depth - 1)
+    out = []
+    for event, leaf, margin in zip(events, leaves.tolist(), margins.tolist(), strict=True):
+        path, k = cache[leaf]
+        entity = getattr(event, "entity_id", None)
+        out.append(
+            (
+                f'{{"event_id":{enc(event.id)},"entity_id":'
+                f'{enc(entity) if entity is not None else "null"},"leaf_id":{leaf},'
+                f'"path":[{path}],"margins":[{",".join(map(repr, margin[:k]))}],'
+                f'"model_version":{version}}}'
+            ).encode()
+        )
+    return out
+
+
+@dataclass
+class BatchResult:
+    """What one batch did (for tests and logs)."""
+
+    records: int = 0
+    processed: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    model_version: int = 0
+    refitted: bool = False
+    checkpointed: bool = False
+
+
+class Worker:
+    """Consume ``source``, learn with the engine, produce to ``sink``; checkpoint and commit.
+
+    ``engine_factory`` builds a fresh engine when there is no checkpoint (default:
+    :func:`build_engine` from ``settings.model``). ``exit_when_idle`` stops the loop when a poll
+    returns nothing and the source is exhausted (embedded/file mode, tests).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        source: Source,
+        sink: Sink,
+        *,
+        metrics: WorkerMetrics | None = None,
+        engine_factory: Callable[[], Any] | None = None,
+        checkpoint_dir: Any = None,
+        exit_when_idle: bool = False,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self.source = source
+        self.sink = sink
+        self.metrics = metrics or WorkerMetrics()
+        self.engine_factory = engine_factory or (lambda: build_engine(settings.model))
+        self.store = CheckpointStore(checkpoint_dir or settings.checkpoint.dir)
+        self.exit_when_idle = exit_when_idle
+        self._sleep = sleep
+        self.decoder = EventDecoder(settings.limits)
+        self.topics = settings.topics
+        self.engine: Any = None
+        self.offsets: dict[TopicPartition, int] = {}
+        self.counters: dict[str, Any] = {"processed": 0, "rejected": {}, "assignments": 0}
+        self.restored = False
+        self.broker_ok = False
+        self.heartbeat = time.monotonic()
+        self.stop_event = threading.Event()
+        self._stop_requested_at: float | None = None
+        self._lock = threading.Lock()
+        self._events_since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        self._checkpoint_requested = False
+        self._published_version: int | None = None
+        self._last_publish = 0.0
+        self._last_lag_update = 0.0
+        self._last_refit_marker: Any = None
+        self.batches = 0
+        self.refits = 0
+        self.last_checkpoint_offsets: dict[TopicPartition, int] = {}
+        self._pending: list[Record] = []
+        self._block = settings.worker.batch_max_records
+        self._binary = settings.model.family == "bernoulli"
+        self._max_model_bytes = settings.kafka.max_request_size - _MESSAGE_OVERHEAD
+        source.on_assign = self._on_assign
+        source.on_revoke = self._on_revoke
+
+    # ------------------------------------------------------------------ state
+    def restore(self) -> None:
+        """Load the newest checkpoint (or build a fresh engine) and publish the metrics."""
+        ckpt = self.store.load()
+        if ckpt is not None:
+            self.engine = ckpt.engine()
+            with self._lock:
+                self.offsets = dict(ckpt.offsets)
+            self.last_checkpoint_offsets = dict(ckpt.offsets)
+            self.counters = {
+                "processed": int(ckpt.counters.get("processed", 0)),
+                "rejected": {str(k): int(v) for k, v in ckpt.counters.get("rejected", {}).items()},
+                "assignments": int(ckpt.counters.get("assignments", 0)),
+            }
+            m = self.metrics
+            m.events_processed.inc(self.counters["processed"])
+            for reason, n in self.counters["rejected"].items():
+                m.events_rejected.labels(reason=reason).inc(n)
+            m.assignments_published.inc(self.counters["assignments"])
+            m.last_checkpoint.set(ckpt.created)
+            _log.info(
+                "restored checkpoint",
+                extra={"path": str(self.store.path), "offsets": {f"{t}[{p}]": o for (t, p), o
+                                                                 in sorted(ckpt.offsets.items())},
+                       "model_version": int(self.engine.model_version_)},
+            )
+        else:
+            self.engine = self.engine_factory()
+            _log.info("no checkpoint: starting from a fresh engine",
+                      extra={"dir": str(self.store.directory)})
+        self._last_refit_marker = self._refit_marker()
+        self._update_model_metrics()
+        self.restored = True
+
+    def _refit_marker(self) -> Any:
+        return (getattr(self.engine, "last_refit_time_", None),
+                getattr(self.engine, "last_refit_duration_", None),
+                int(self.engine.model_version_))
+
+    # ------------------------------------------------------------------ rebalance callbacks
+    def _on_assign(self, tps: list[TopicPartition]) -> None:
+        """Seek gained partitions to the offsets the state belongs to (runs on the IO thread of
+        some clients: only non-blocking calls)."""
+        with self._lock:
+            seek = {tp: self.offsets[tp] for tp in tps if tp in self.offsets}
+            self._drop_pending(tps)
+        if seek:
+            self.source.seek(seek)
+        _log.info("partitions assigned", extra={
+            "partitions": [f"{t}[{p}]" for t, p in tps],
+            "seek": {f"{t}[{p}]": o for (t, p), o in seek.items()}})
+
+    def _on_revoke(self, tps: list[TopicPartition]) -> None:
+        with self._lock:
+            self._drop_pending(tps)
+        self._checkpoint_requested = True
+        _log.info("partitions revoked", extra={"partitions": [f"{t}[{p}]" for t, p in tps]})
+
+    def _drop_pending(self, tps: list[TopicPartition]) -> None:
+        gone = set(tps)
+        if self._pending and gone:
+            self._pending = [r for r in self._pending if (r.topic, r.partition) not in gone]
+
+    # ------------------------------------------------------------------ health
+    def request_stop(self) -> None:
+        """Ask the loop to finish the current batch and shut down (signal-handler safe)."""
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
+        self.stop_event.set()
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        age = time.monotonic() - self.heartbeat
+        ok = age <= self.settings.worker.heartbeat_timeout_s
+        return ok, {"heartbeat_age_seconds": round(age, 3)}
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        assigned = bool(self.source.assignment())
+        model = self.engine is not None and getattr(self.engine, "model_", None) is not None
+        ok = assigned and self.restored and model and self.broker_ok
+        self.metrics.ready.set(1 if ok else 0)
+        return ok, {
+            "assigned": assigned,
+            "restored": self.restored,
+            "model": model,
+            "broker": self.broker_ok,
+        }
+
+    def _beat(self) -> None:
+        self.heartbeat = time.monotonic()
+
+    # ------------------------------------------------------------------ loop
+    def run(self, *, max_batches: int | None = None) -> int:
+        """Run until stopped (or idle, or ``max_batches``); returns the process exit code."""
+        if not self.restored:
+            self.restore()
+        w = self.settings.worker
+        backoff = w.backoff_initial_s
+        batches = 0
+        while not self.stop_event.is_set():
+            self._beat()
+            try:
+                records = self.source.poll(w.batch_max_records, w.poll_timeout_s)
+            except TransportError as exc:
+                self._set_broker(False, exc)
+                self._backoff_sleep(backoff)
+                backoff = min(backoff * 2, w.backoff_max_s)
+                continue
+            backoff = w.backoff_initial_s
+            self._probe_broker()
+            ready = self._take_ready(records)
+            if ready:
+                if not self.process_batch(ready):
+                    return self._abort()
+                batches += 1
+                if max_batches is not None and batches >= max_batches:
+                    break
+            elif not records:
+                if not self._idle():
+                    return self._abort()
+                if self.exit_when_idle and self._source_drained():
+                    break
+            self.readiness()
+        return self.shutdown()
+
+    def _source_drained(self) -> bool:
+        if getattr(self.source, "exhausted", False):
+            return True
+        lag = self.source.lag()
+        return bool(self.source.assignment()) and bool(lag) and sum(lag.values()) == 0
+
+    def _probe_broker(self) -> None:
+        probe = getattr(self.source, "connected", None)
+        ok = True if probe is None else bool(probe())
+        if ok != self.broker_ok:
+            self._set_broker(ok, None)
+
+    def _set_broker(self, ok: bool, exc: BaseException | None) -> None:
+        if ok != self.broker_ok:
+            if ok:
+                _log.info("broker reachable")
+            else:
+                _log.warning("broker unreachable; retrying with backoff",
+                             extra={"error": repr(exc) if exc else None})
+        self.broker_ok = ok
+        if not ok:
+            self.metrics.ready.set(0)
+
+    def _backoff_sleep(self, seconds: float) -> None:
+        """Sleep in short slices, keeping the heartbeat fresh (/healthz stays 200)."""
+        end = time.monotonic() + seconds
+        while True:
+            self._beat()
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self._sleep(min(left, 0.25))
+
+    # ------------------------------------------------------------------ aligned blocks
+    def _is_boundary(self, rec: Record) -> bool:
+        return (rec.offset + 1) % self._block == 0
+
+    def _take_ready(self, polled: list[Record]) -> list[Record]:
+        """The records to process now: whole offset-aligned blocks (see :meth:`process_batch`).
+
+        A trailing partial block is held back while more input is known to be waiting, so
+        engine calls do not depend on how the client happened to split its fetches; it is
+        processed as soon as the poll comes back empty, the source reports no lag, or two
+        blocks' worth of records are pending.
+        """
+        with self._lock:
+            if polled:
+                self._pending.extend(polled)
+            pending = self._pending
+            if not pending:
+                return []
+            cut = len(pending)
+            if polled and len(pending) < 2 * self._block and not self._caught_up(pending):
+                cut = 0
+                for i in range(len(pending) - 1, -1, -1):
+                    if self._is_boundary(pending[i]):
+                        cut = i + 1
+                        break
+            ready, self._pending = pending[:cut], pending[cut:]
+            return ready
+
+    def _caught_up(self, pending: list[Record]) -> bool:
+        lag = self.source.lag()
+        tps = {(r.topic, r.partition) for r in pending}
+        return all(lag.get(tp) == 0 for tp in tps)
+
+    def _blocks(self, records: list[Record]) -> list[list[Record]]:
+        """Split at offset-aligned block boundaries ((offset + 1) % batch_max_records == 0)."""
+        blocks: list[list[Record]] = []
+        start = 0
+        for i, rec in enumerate(records):
+            if self._is_boundary(rec):
+                blocks.append(records[start : i + 1])
+                start = i + 1
+        if start < len(records):
+            blocks.append(records[start:])
+        return blocks
+
+    # ------------------------------------------------------------------ one batch
+    def process_batch(self, records: list[Record]) -> bool:
+        """Process polled records end to end; False if their outputs could not be flushed
+        before the shutdown deadline (the caller then exits without a checkpoint).
+
+        The engine is called once per offset-aligned block of ``batch_max_records`` (a poll
+        normally returns exactly one): the engine's refit points and seeded reservoir draws
+        depend on its batch boundaries, so aligning them to offsets makes a run resumed from a
+        checkpoint reach the same state as an uninterrupted one.
+        """
+        t0 = time.perf_counter()
+        result = BatchResult(records=len(records))
+        for block in self._blocks(records):
+            decoded = self.decoder.decode_many([r.value for r in block])
+            events = []
+            for rec, item in zip(block, decoded, strict=True):
+                if isinstance(item, Rejection):
+                    self._dead_letter(rec, item)
+                    result.rejected[item.reason] = result.rejected.get(item.reason, 0) + 1
+                else:
+                    events.append(item)
+            if events:
+                self._learn_and_assign(events, result)
+        self._maybe_publish_model()
+        if not self._flush():
+            return False
+        self._advance(records, result)
+        self.metrics.batch_duration.observe(time.perf_counter() - t0)
+        self._maybe_checkpoint(result)
+        self._update_lag(force=False)
+        self.batches += 1
+        return True
+
+    def _dead_letter(self, rec: Record, rej: Rejection) -> None:
+        headers = [
+            *rec.headers,
+            ("dlq.reason", rej.reason.encode()),
+            ("dlq.error", rej.error.encode("utf-8", "replace")),
+            ("dlq.source.topic", rec.topic.encode()),
+            ("dlq.source.partition", str(rec.partition).encode()),
+            ("dlq.source.offset", str(rec.offset).encode()),
+            ("dlq.service.version", __version__.encode()),
+        ]
+        self.sink.produce(self.topics.dead_letters, rec.key, rec.value, headers)
+        _log.debug("dead-lettered", extra={"reason": rej.reason, "offset": rec.offset})
+
+    def _learn_and_assign(self, events: list[Any], result: BatchResult) -> None:
+        engine = self.engine
+        X = engine.vocabulary.transform([e.features() for e in events], binary=self._binary)
+        timestamps = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
+        routing = engine.learn(X, timestamps=timestamps)
+        version = int(routing.model_version)
+        version_header = [("model_version", str(version).encode())]
+        produce = self.sink.produce
+        topic = self.topics.assignments
+        for event, value in zip(events, assignment_values(events, routing), strict=True):
+            produce(topic, event.key.encode(), value, version_header)
+        result.processed += len(events)
+        result.model_version = int(engine.model_version_)
+        marker = self._refit_marker()
+        if marker != self._last_refit_marker:
+            self._last_refit_marker = marker
+            self.refits += 1
+            result.refitted = True
+            duration = getattr(engine, "last_refit_duration_", None)
+            if duration is not None:
+                self.metrics.refit_duration.observe(float(duration))
+            self.metrics.last_refit.set(time.time())
+            self._update_model_metrics()
+            _log.info("refit", extra={"model_version": result.model_version,
+                                      "leaves": int(engine.model_.n_leaves),
+                                      "duration_s": duration,
+                                      "events_seen": int(getattr(engine, "n_events_seen_", 0))})
+
+    def _update_model_metrics(self) -> None:
+        model = self.engine.model_
+        self.metrics.model_version.set(int(self.engine.model_version_))
+        self.metrics.tree_leaves.set(int(model.n_leaves))
+        self.metrics.tree_depth.set(int(model.max_depth))
+
+    def _maybe_publish_model(self, *, force: bool = False) -> None:
+        version = int(self.engine.model_version_)
+        now = time.monotonic()
+        due = now - self._last_publish >= self.settings.worker.model_publish_interval_s
+        if not (force or due or version != self._published_version):
+            return
+        model = self.engine.model_
+        try:
+            value, dtype = encode_model_message(model, self._max_model_bytes)
+        except ValueError as exc:
+            _log.error("model too large for the models topic; not published",
+                       extra={"error": str(exc), "model_version": version})
+            self._published_version, self._last_publish = version, now
+            return
+        if dtype != "float32":
+            _log.warning("model published with reduced precision",
+                         extra={"dtype": dtype, "bytes": len(value)})
+        headers = [
+            ("model_version", str(version).encode()),
+            ("content-type", _MODEL_CONTENT_TYPE),
+            ("dtype", dtype.encode()),
+            ("service_version", __version__.encode()),
+        ]
+        self.sink.produce(self.topics.models, self.settings.model.name.encode(), value, headers)
+        self._published_version, self._last_publish = version, now
+
+    def _flush(self) -> bool:
+        """Flush the sink until everything is acknowledged, retrying with backoff; False only
+        when a requested shutdown waited longer than ``shutdown_timeout_s``.
+
+        Waits in slices of ≤ 1 s so the heartbeat stays fresh and an outage shows on /readyz
+        quickly: a slice that times out marks the broker down at once if the client reports it
+        disconnected, else after ``flush_timeout_s`` without acknowledgement.
+        """
+        w = self.settings.worker
+        backoff = w.backoff_initial_s
+        slice_s = min(1.0, w.flush_timeout_s)
+        started = time.monotonic()
+        while True:
+            self._beat()
+            try:
+                self.sink.flush(slice_s)
+            except TransportError as exc:
+                probe = getattr(self.source, "connected", None)
+                if (time.monotonic() - started >= w.flush_timeout_s
+                        or (probe is not None and not probe())):
+                    self._set_broker(False, exc)
+                if (
+                    self._stop_requested_at is not None
+                    and time.monotonic() - self._stop_requested_at > w.shutdown_timeout_s
+                ):
+                    _log.error("giving up flushing at shutdown; exiting without a checkpoint "
+                               "(the unflushed events will be replayed)")
+                    return False
+                self._backoff_sleep(backoff)
+                backoff = min(backoff * 2, w.backoff_max_s)
+                continue
+            if not self.broker_ok:
+                self._probe_broker()
+            return True
+
+    def _advance(self, records: list[Record], result: BatchResult) -> None:
+        latest: dict[TopicPartition, int] = {}
+        for rec in records:
+            latest[(rec.topic, rec.partition)] = rec.offset + 1
+        with self._lock:
+            for tp, nxt in latest.items():
+                if nxt > self.offsets.get(tp, -1):
+                    self.offsets[tp] = nxt
+        c = self.counters
+        c["processed"] += result.processed
+        c["assignments"] += result.processed
+        for reason, n in result.rejected.items():
+            c["rejected"][reason] = c["rejected"].get(reason, 0) + n
+            self.metrics.events_rejected.labels(reason=reason).inc(n)
+        self.metrics.events_processed.inc(result.processed)
+        self.metrics.assignments_published.inc(result.processed)
+        self._events_since_checkpoint += len(records)
+
+    def _maybe_checkpoint(self, result: BatchResult | None = None) -> None:
+        cfg = self.settings.checkpoint
+        due = (
+            self._checkpoint_requested
+            or self._events_since_checkpoint >= cfg.every_events
+            or (
+                self._events_since_checkpoint > 0
+                and time.monotonic() - self._last_checkpoint >= cfg.every_seconds
+            )
+        )
+        if due:
+            self.checkpoint()
+            if result is not None:
+                result.checkpointed = True
+
+    def checkpoint(self) -> None:
+        """Write the checkpoint (state + offsets) atomically, then commit those offsets."""
+        with self._lock:
+            offsets = dict(self.offsets)
+        t0 = time.perf_counter()
+        data = encode_checkpoint(self.engine, offsets, self.counters)
+        self.store.save(data)
+        self.metrics.last_checkpoint.set(time.time())
+        self._events_since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        self._checkpoint_requested = False
+        self.last_checkpoint_offsets = offsets
+        _log.debug("checkpoint written", extra={"bytes": len(data),
+                                                "seconds": round(time.perf_counter() - t0, 4)})
+        self._commit(offsets)
+
+    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        if not offsets:
+            return
+        try:
+            self.source.commit(offsets)
+        except TransportError as exc:
+            # advisory only (the checkpoint is the truth); the next checkpoint commits again.
+            # Not a readiness signal either: a commit sent during an outage fails afterwards.
+            _log.warning("commit failed; will commit with the next checkpoint",
+                         extra={"error": repr(exc)})
+
+    def _idle(self) -> bool:
+        """Periodic work when a poll returned nothing: model publish, time-based checkpoint."""
+        version = int(self.engine.model_version_)
+        if version != self._published_version or (
+            time.monotonic() - self._last_publish >= self.settings.worker.model_publish_interval_s
+        ):
+            self._maybe_publish_model()
+            if not self._flush():
+                return False
+        self._maybe_checkpoint()
+        self._update_lag(force=True)
+        return True
+
+    def _update_lag(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_lag_update < 1.0:
+            return
+        self._last_lag_update = now
+        self.metrics.set_lag(self.source.lag())
+
+    # ------------------------------------------------------------------ shutdown
+    def shutdown(self) -> int:
+        """Flush, checkpoint, commit and close; 0 on success, 1 if outputs could not be flushed."""
+        _log.info("shutting down", extra={"processed": self.counters["processed"]})
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
+        if self.engine is not None:
+            self._maybe_publish_model(force=self._published_version != int(
+                self.engine.model_version_))
+        if not self._flush():
+            return self._abort()
+        if self.engine is not None and (self._events_since_checkpoint > 0
+                                        or not self.store.path.exists()):
+            self.checkpoint()
+        self._close()
+        _log.info("stopped", extra={"processed": self.counters["processed"],
+                                    "offsets": {f"{t}[{p}]": o for (t, p), o
+                                                in sorted(self.offsets.items())}})
+        return 0
+
+    def _abort(self) -> int:
+        self._close()
+        return 1
+
+    def _close(self) -> None:
+        for closer in (self.source.close, self.sink.close):
+            try:
+                closer()
+            except Exception as exc:
+                _log.warning("close failed", extra={"error": repr(exc)})
+        self.metrics.ready.set(0)

@@ -1,0 +1,85 @@
+"""File and memory transports behind the port (the Kafka one runs in the integration tests)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from pathlib import Path
+
+from service.file_transport import FileSink, FileSource
+from service.memory_transport import MemoryBroker, MemorySink, MemorySource
+from service.transport import Sink, Source, TransportError
+
+
+def test_protocols() -> None:
+    broker = MemoryBroker()
+    assert isinstance(MemorySource(broker, "t"), Source)
+    assert isinstance(MemorySink(broker), Sink)
+    assert isinstance(FileSource("-"), Source)
+    assert isinstance(FileSink({}), Sink)
+
+
+def test_file_source_offsets_are_line_numbers_and_seek(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"a":0}\n\n{"a":2}\r\n{"a":3}\n{"a":4}')
+    src = FileSource(path)
+    assigned: list = []
+    src.on_assign = assigned.append
+    recs = src.poll(2, 0.1)
+    assert [(r.offset, r.value) for r in recs] == [(0, b'{"a":0}'), (2, b'{"a":2}')]
+    assert assigned == [[(src.topic, 0)]]
+    assert [r.offset for r in src.poll(10, 0.1)] == [3, 4] and src.exhausted
+    again = FileSource(path)
+    again.seek({(again.topic, 0): 3})
+    assert [r.offset for r in again.poll(10, 0.1)] == [3, 4]
+
+
+def test_file_source_pipe_does_not_block(tmp_path: Path) -> None:
+    r, w = os.pipe()
+    src = FileSource("-")
+    src._fh = os.fdopen(r, "rb")  # stand-in for stdin
+    os.write(w, b'{"x":1}\n{"x":')
+    t0 = time.monotonic()
+    assert [x.value for x in src.poll(10, 0.2)] == [b'{"x":1}']
+    assert src.poll(10, 0.2) == [] and not src.exhausted
+    assert time.monotonic() - t0 < 2
+    os.write(w, b"2}\n")
+    os.close(w)
+    assert [(x.offset, x.value) for x in src.poll(10, 0.2)] == [(1, b'{"x":2}')]
+    assert src.poll(10, 0.2) == [] and src.exhausted
+
+
+def test_file_sink_routes_envelopes_and_replaces(tmp_path: Path) -> None:
+    out, dlq, model = tmp_path / "out.jsonl", tmp_path / "dlq.jsonl", tmp_path / "m.smm"
+    sink = FileSink({"a": out, "d": dlq, "m": model}, envelope_topics=["d"],
+                    replace_topics=["m"])
+    sink.produce("a", b"k", b'{"v":1}')
+    sink.produce("d", b"k", b"\xff raw", [("dlq.reason", b"not_utf8")])
+    sink.produce("m", b"k", b"model-1")
+    sink.produce("m", b"k", b"model-2")
+    sink.produce("unrouted", None, b"x")
+    sink.flush(1.0)
+    assert out.read_bytes() == b'{"v":1}\n'
+    env = json.loads(dlq.read_text())
+    assert base64.b64decode(env["value_b64"]) == b"\xff raw"
+    assert env["headers"] == {"dlq.reason": "not_utf8"} and env["key"] == "k"
+    assert model.read_bytes() == b"model-2" and sink.discarded == 1
+    sink.close()
+
+
+def test_memory_broker_down_raises_transport_error() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("t", 2)
+    src, sink = MemorySource(broker, "t"), MemorySink(broker)
+    sink.produce("t", b"a", b"1")
+    sink.flush(1.0)
+    broker.down = True
+    for call in (lambda: src.poll(1, 0), lambda: sink.flush(1.0), lambda: src.commit({})):
+        try:
+            call()
+        except TransportError:
+            continue
+        raise AssertionError("expected TransportError")
+    assert not src.connected()
