@@ -143,20 +143,15 @@ def inspect(
     snapshot: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
                                              help="Engine snapshot, checkpoint or model file.")],
     top: Annotated[int, typer.Option(min=1, help="Top features per node.")] = 5,
+    codes: Annotated[str | None, typer.Option(
+        help="Feature names: auto (ICD-10-CM when the codes look like it), none, icd10, "
+             "or a code,name CSV file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a tree.")] = False,
 ) -> None:
-    """Show a snapshot's hierarchy with weights and top features by relevance."""
-    import json
+    """Show a snapshot's hierarchy with weights and top features (relevance) and their names."""
+    from service.commands.report import inspect_snapshot
 
-    from service.commands.offline import load_snapshot, model_tree, render_tree
-
-    tree = model_tree(load_snapshot(snapshot).model, top=top)
-    if as_json:
-        typer.echo(json.dumps(tree, indent=2))
-    else:
-        from rich.console import Console
-
-        Console().print(render_tree(tree))
+    raise typer.Exit(inspect_snapshot(snapshot, codes, as_json, top=top))
 
 
 @app.command()

@@ -148,6 +148,15 @@ class WorkerSettings(_Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+class ReportSettings(_Section):
+    """The HTML report of the current model, rewritten after every refit (operators' picture)."""
+
+    path: Path | None = Field(default=None, description="report file; unset = no report")
+    codes: str = Field(
+        default="auto", description="feature names: auto, none, icd10 or a code,name CSV file"
+    )
+
+
 class Settings(BaseSettings):
     """The resolved daemon configuration."""
 
@@ -165,6 +174,7 @@ class Settings(BaseSettings):
     http: HttpSettings = HttpSettings()
     limits: LimitsSettings = LimitsSettings()
     worker: WorkerSettings = WorkerSettings()
+    report: ReportSettings = ReportSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -184,6 +184,7 @@ class Worker:
         self._last_publish = 0.0
         self._last_lag_update = 0.0
         self._last_refit_marker: Any = None
+        self._report_codes: tuple[Any] | None = None
         self.batches = 0
         self.refits = 0
         self.last_checkpoint_offsets: dict[TopicPartition, int] = {}
@@ -469,6 +470,23 @@ class Worker:
                                       "leaves": int(engine.model_.n_leaves),
                                       "duration_s": duration,
                                       "events_seen": int(getattr(engine, "n_events_seen_", 0))})
+            self._write_report()
+
+    def _write_report(self) -> None:
+        """Rewrite the configured HTML report of the current model (never stops the loop)."""
+        cfg = self.settings.report
+        if cfg.path is None:
+            return
+        from service.commands.report import resolve_codes
+        from streammom.report import from_engine, write_report
+
+        try:
+            model, info = from_engine(self.engine, source="daemon")
+            if self._report_codes is None:
+                self._report_codes = (resolve_codes(cfg.codes, model),)
+            write_report(model, info, cfg.path, self._report_codes[0])
+        except (OSError, ValueError) as exc:
+            _log.error("report not written", extra={"path": str(cfg.path), "error": str(exc)})
 
     def _update_model_metrics(self) -> None:
         model = self.engine.model_

@@ -139,8 +139,9 @@ def print_demo(result: DemoResult, *, top: int = 4) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from service.commands.offline import model_tree, render_tree
     from service.synthetic import COHORT_LABEL, PHENOTYPES
+    from streammom.report.codes import detect_codes
+    from streammom.report.terminal import render_tree
 
     console = Console()
     console.rule(f"[bold]streammom demo[/bold] — {COHORT_LABEL}")
@@ -149,7 +150,8 @@ def print_demo(result: DemoResult, *, top: int = 4) -> None:
         f"hidden truth: {len(PHENOTYPES)} phenotypes in 3 groups "
         "(the model never sees them)."
     )
-    console.print(render_tree(model_tree(result.model, top=top)))
+    names = detect_codes(result.model.feature_names)
+    console.print(render_tree(result.model, {"events_seen": result.events}, names, top))
     table = Table(title="summary", show_header=False)
     rows = [
         ("events streamed", f"{result.events:,}"),

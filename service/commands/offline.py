@@ -24,8 +24,6 @@ __all__ = [
     "fit_file",
     "iter_batches",
     "load_snapshot",
-    "model_tree",
-    "render_tree",
 ]
 
 
@@ -209,71 +207,3 @@ def assign_file(snapshot: str, path: str, output: str, *, batch_size: int = 5000
         else:
             out.flush()
     return counts
-
-
-def _describe(name: str) -> str | None:
-    from service.synthetic import code_description
-
-    return code_description(name)
-
-
-def model_tree(model: HierarchyModel, *, top: int = 5, lam: float = 0.7) -> dict[str, Any]:
-    """The tree as nested JSON: id, depth, weight, quality and top features by relevance."""
-
-    def node(nid: int) -> dict[str, Any]:
-        n = model.nodes[nid]
-        feats = []
-        for f in model.top_features(nid, n=top, lam=lam):
-            entry: dict[str, Any] = {"feature": f.name, "relevance": round(f.relevance, 4),
-                                     "p": round(f.probability, 4), "lift": round(f.lift, 3)}
-            desc = _describe(f.name)
-            if desc:
-                entry["description"] = desc
-            feats.append(entry)
-        return {
-            "id": nid,
-            "depth": n.depth,
-            "weight": round(float(n.weight), 3),
-            "leaf": n.is_leaf,
-            "quality": {k: round(float(v), 4) for k, v in n.quality.items()},
-            "top_features": feats,
-            "children": [node(c) for c in n.children],
-        }
-
-    return {
-        "model_version": model.version,
-        "method": model.method,
-        "family": model.family,
-        "n_features": model.n_features,
-        "leaves": model.n_leaves,
-        "depth": model.max_depth,
-        "root": node(model.root_id),
-    }
-
-
-def render_tree(tree: dict[str, Any], *, title: str | None = None) -> Any:
-    """A rich ``Tree`` of :func:`model_tree` output."""
-    from rich.markup import escape
-    from rich.tree import Tree
-
-    def label(n: dict[str, Any]) -> str:
-        kind = "leaf" if n["leaf"] else "node"
-        feats = ", ".join(
-            f"{escape(f['feature'])}"
-            + (f" [dim]{escape(f['description'][:48])}[/dim]" if f.get("description") else "")
-            + f" ({f['p']:.2f})"
-            for f in n["top_features"]
-        )
-        return f"[bold]{kind} {n['id']}[/bold]  w={n['weight']:.0f}  {feats}"
-
-    root = tree["root"]
-    t = Tree(title or (f"[bold]model v{tree['model_version']}[/bold] — {tree['leaves']} leaves, "
-                       f"depth {tree['depth']}, {tree['method']}/{tree['family']}"))
-
-    def add(parent: Any, n: dict[str, Any]) -> None:
-        branch = parent.add(label(n))
-        for c in n["children"]:
-            add(branch, c)
-
-    add(t, root)
-    return t

@@ -25,7 +25,7 @@ from streammom.report import (
     load_model,
 )
 from streammom.report.codes import detect_codes
-from streammom.serialization import SnapshotFormatError, atomic_write_bytes, read_archive
+from streammom.serialization import SnapshotFormatError, atomic_write_bytes
 
 __all__ = ["inspect_snapshot", "load_for_report", "resolve_codes", "run_report"]
 
@@ -34,26 +34,23 @@ EXIT_USAGE = 2
 
 def load_for_report(path: str | os.PathLike[str]) -> tuple[HierarchyModel, dict[str, Any]]:
     """``(model, info)`` of a model archive, an engine snapshot or a daemon checkpoint."""
+    from service.commands.offline import load_snapshot
+
     source = Path(path)
     if not source.is_file():
         raise FileNotFoundError(f"snapshot not found: {source}")
-    raw = source.read_bytes()
     try:
-        manifest, _ = read_archive(raw)
+        loaded = load_snapshot(source)
+    except (KeyError, TypeError) as exc:
+        raise SnapshotFormatError(f"{source}: invalid snapshot: {exc}") from exc
     except SnapshotFormatError as exc:
         raise SnapshotFormatError(f"{source}: not a streammom snapshot ({exc})") from exc
-    if manifest.get("kind") == "daemon-checkpoint":
-        from service.checkpoint import decode_checkpoint
-
-        try:
-            engine = decode_checkpoint(raw).engine()
-        except (KeyError, ValueError, TypeError) as exc:
-            raise SnapshotFormatError(f"{source}: invalid daemon checkpoint: {exc}") from exc
-        try:
-            return from_engine(engine, source=str(source))
-        except ValueError as exc:
-            raise SnapshotFormatError(f"{source}: {exc}") from exc
-    return load_model(source)
+    if loaded.engine is None:
+        return load_model(source)
+    try:
+        return from_engine(loaded.engine, source=str(source))
+    except ValueError as exc:
+        raise SnapshotFormatError(f"{source}: {exc}") from exc
 
 
 def resolve_codes(spec: str | None, model: HierarchyModel) -> CodeMap | None:

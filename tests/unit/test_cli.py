@@ -66,7 +66,8 @@ def test_fit_assign_inspect_round_trip(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3000 and {"event_id", "leaf_id", "path"} <= set(rows[0])
     tree = json.loads(_ok(["inspect", str(snap), "--json"]))
-    assert tree["leaves"] >= 1 and "top_features" in tree["root"]
+    assert tree["n_leaves"] >= 1 and len(tree["nodes"]) >= tree["n_leaves"]
+    assert all(node["top_features"] for node in tree["nodes"])
     assert "model v" in _ok(["inspect", str(snap)])
     # CSV of code rows
     csv = tmp_path / "rows.csv"
@@ -92,3 +93,19 @@ def test_run_embedded_and_resume(tmp_path: Path) -> None:
     # a second run over the same file resumes at the checkpoint: nothing new
     _ok(args)
     assert len(out.read_text().splitlines()) == 1200
+
+
+def test_run_writes_the_report_of_the_current_model_on_refit(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    produce_sample(events=3000, output=str(events), seed=6)
+    report = tmp_path / "reports" / "current.html"
+    _ok(["run", "--input", str(events), "--output", str(tmp_path / "out.jsonl"),
+         "--checkpoint-dir", str(tmp_path / "ckpt"), "--set", "model.vocabulary_capacity=256",
+         "--set", "model.refit_every=1000", "--set", "model.min_split_weight=200",
+         "--set", f"report.path={report}"])
+    html = report.read_text(encoding="utf-8")
+    snapshot = tmp_path / "ckpt" / "checkpoint.smm"
+    tree = json.loads(_ok(["inspect", str(snapshot), "--json"]))
+    # the report shows the model the daemon ended with: one SVG node per tree node
+    assert f"model v{tree['model_version']}" in html
+    assert html.count('class="node') >= len(tree["nodes"]) > 1
