@@ -13,6 +13,7 @@ Methods (SpectralMixture defaults: EM until ‖ΔM‖_F < 1e-4 or 100 iterations
 * ``jacobi+em`` — O by Jacobi joint diagonalisation of all whitened slices, then EM;
 * ``asvtd``, ``asvtd-abs`` — the method-of-moments estimates alone (MAP, no EM);
 * ``kmeans`` — scikit-learn KMeans, n_init=10, on the sparse binary matrix;
+* ``bisecting-kmeans`` — scikit-learn BisectingKMeans on the same matrix;
 * ``oracle`` — MAP with the true (M, ω): the ceiling any estimator can reach on that sample.
 
 Run: ``.venv/bin/python -m bench.quality_bernoulli [--seeds 0 1 2 3 4] [--n 10000]``.
@@ -28,27 +29,14 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.cluster import KMeans
+from sklearn.cluster import BisectingKMeans, KMeans
 from sklearn.metrics import adjusted_rand_score
 
+from streammom.datasets import make_bernoulli_mixture
 from streammom.mixture import map_assign
 from streammom.spectral import SpectralMixture
 
-__all__ = ["make_bernoulli_mixture", "run", "summarise"]
-
-
-def make_bernoulli_mixture(
-    n: int = 10_000, d: int = 99, k: int = 12, seed: int = 0
-) -> tuple[sp.csr_array, np.ndarray, np.ndarray, np.ndarray]:
-    """(X binary CSR (n, d), labels (n,), M (d, k), ω (k,)) from the thesis reference generator."""
-    rng = np.random.default_rng(seed)
-    M = rng.exponential(scale=10.0, size=(d, k))
-    M = M / (1.0 + M.max())
-    omega = rng.uniform(0.0, 1.0, size=k)
-    omega = omega / omega.sum()
-    labels = rng.choice(k, size=n, p=omega)
-    X = (rng.random((n, d)) < M[:, labels].T).astype(np.float64)
-    return sp.csr_array(X), labels, M, omega
+__all__ = ["run", "summarise"]
 
 
 def _methods(k: int, seed: int) -> dict[str, Callable[[sp.csr_array], tuple[np.ndarray, dict]]]:
@@ -66,6 +54,10 @@ def _methods(k: int, seed: int) -> dict[str, Callable[[sp.csr_array], tuple[np.n
         model = KMeans(n_clusters=k, n_init=10, random_state=seed)
         return model.fit_predict(X), {"n_iter": int(model.n_iter_)}
 
+    def bisecting(X: sp.csr_array) -> tuple[np.ndarray, dict]:
+        model = BisectingKMeans(n_clusters=k, random_state=seed)
+        return model.fit_predict(X), {}
+
     return {
         "asvtd+em": spectral(method="asvtd"),
         "asvtd-abs+em": spectral(method="asvtd", slice_criterion="absolute"),
@@ -73,6 +65,7 @@ def _methods(k: int, seed: int) -> dict[str, Callable[[sp.csr_array], tuple[np.n
         "asvtd": spectral(method="asvtd", em=False),
         "asvtd-abs": spectral(method="asvtd", slice_criterion="absolute", em=False),
         "kmeans": kmeans,
+        "bisecting-kmeans": bisecting,
     }
 
 
@@ -87,7 +80,8 @@ def run(
     """One record per (seed, method): ARI, wall time and method details."""
     records: list[dict[str, Any]] = []
     for seed in seeds:
-        X, labels, M, omega = make_bernoulli_mixture(n, d, k, seed)
+        X, labels, truth = make_bernoulli_mixture(n, d, k, random_state=seed, return_truth=True)
+        M, omega = truth.M, truth.omega
         methods_ = _methods(k, seed)
         methods_["oracle"] = lambda X, M=M, omega=omega: (
             map_assign(X, M.T, omega, "bernoulli"), {}

@@ -111,8 +111,10 @@ def _sample_mixture_csr(
         r, c = sample_bernoulli_csr(rng, idx.size, prevalence[j])
         rows_out.append(idx[r])
         cols_out.append(c)
-    rows = np.concatenate(rows_out)
-    cols = np.concatenate(cols_out)
+    # 32-bit indices where they fit (scipy's own choice), so scikit-learn accepts the matrix
+    index_dtype = np.int32 if max(n, d) < np.iinfo(np.int32).max else np.int64
+    rows = np.concatenate(rows_out).astype(index_dtype)
+    cols = np.concatenate(cols_out).astype(index_dtype)
     X = sp.csr_array((np.ones(rows.size), (rows, cols)), shape=(n, d), dtype=np.float64)
     X.sort_indices()
     return X
