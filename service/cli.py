@@ -144,8 +144,8 @@ def inspect(
                                              help="Engine snapshot, checkpoint or model file.")],
     top: Annotated[int, typer.Option(min=1, help="Top features per node.")] = 5,
     codes: Annotated[str | None, typer.Option(
-        help="Feature names: auto (ICD-10-CM when the codes look like it), none, icd10, "
-             "or a code,name CSV file.")] = None,
+        help="Feature names: auto (ICD-10-CM or ICD-9-CM when the codes look like it), none, "
+             "icd10, icd9, or a code,name CSV file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a tree.")] = False,
 ) -> None:
     """Show a snapshot's hierarchy with weights and top features (relevance) and their names."""

@@ -2,8 +2,8 @@
 
 The views themselves live in :mod:`streammom.report`; this module opens the files the daemon
 writes (model archives, engine snapshots and daemon checkpoints), resolves ``--codes``
-(``auto`` by default: ICD-10-CM names when the features look like ICD-10-CM codes), and turns
-errors into one clear line on stderr and exit status 2.
+(``auto`` by default: ICD-10-CM / ICD-9-CM names when the features look like such codes), and
+turns errors into one clear line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def load_for_report(path: str | os.PathLike[str]) -> tuple[HierarchyModel, dict[
 
 
 def resolve_codes(spec: str | None, model: HierarchyModel) -> CodeMap | None:
-    """``--codes``: ``auto`` (default: ICD-10-CM if the features look like it), ``none``,
-    ``icd10``, ``icd9`` (explains the CSV route) or a ``code,name`` CSV path."""
+    """``--codes``: ``auto`` (default: ICD-10-CM or ICD-9-CM if the features look like it),
+    ``none``, ``icd10``, ``icd9`` (bundled ICD-9-CM names) or a ``code,name`` CSV path."""
     if spec is None or spec.strip().lower() == "auto":
         return detect_codes(model.feature_names)
     if spec.strip().lower() == "none":

@@ -6,7 +6,7 @@
   event heatmap (with events) and model metadata with the lineage of recent splits.
 * :func:`compute_figures` + :func:`export_figures` — the same figures as PNG (matplotlib) / SVG.
 * :func:`streammom.report.terminal.render_tree` — the tree for a terminal (rich).
-* :func:`load_codes` — human-readable code names: ``"icd10"`` or a ``code,name`` CSV.
+* :func:`load_codes` — human-readable code names: ``"icd10"``, ``"icd9"`` or a ``code,name`` CSV.
 
 Example::
 
@@ -19,7 +19,14 @@ Example::
     True
 """
 
-from streammom.report.codes import CodeMap, CsvNames, DictNames, Icd10Names, load_codes
+from streammom.report.codes import (
+    CodeMap,
+    CsvNames,
+    DictNames,
+    Icd9Names,
+    Icd10Names,
+    load_codes,
+)
 from streammom.report.export import export_figures, write_report
 from streammom.report.html import ReportFigures, build_report, compute_figures
 from streammom.report.loader import from_engine, load_model, model_info
@@ -28,6 +35,7 @@ __all__ = [
     "CodeMap",
     "CsvNames",
     "DictNames",
+    "Icd9Names",
     "Icd10Names",
     "ReportFigures",
     "build_report",

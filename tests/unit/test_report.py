@@ -380,9 +380,8 @@ def test_csv_code_map(tmp_path: Path) -> None:
         load_codes(str(bad))
 
 
-def test_icd9_keyword_explains_csv_route() -> None:
-    with pytest.raises(ValueError, match="CSV"):
-        load_codes("icd9")
+def test_icd9_keyword_and_bad_codes_path() -> None:
+    assert load_codes("icd9").name("4280") == "Congestive heart failure, unspecified"
     with pytest.raises(ValueError, match="icd10"):
         load_codes("/no/such/file.csv")
 
