@@ -52,7 +52,12 @@ import scipy.sparse.linalg as spla
 from streammom._validation import as_csr, as_weights, check_random_state_int
 from streammom.decompose import top_eigenpairs
 from streammom.model import HierarchyModel, Router, Routing, TreeNode
-from streammom.moments import MomentAccumulator, SymmetricMatrix, row_sums
+from streammom.moments import (
+    MomentAccumulator,
+    SymmetricMatrix,
+    add_packed_gram_blocks,
+    row_sums,
+)
 from streammom.reservoir import Reservoir
 from streammom.serialization import SnapshotFormatError, archive_bytes, read_archive
 from streammom.split import NodeMoments, Split, compute_split
@@ -502,7 +507,7 @@ class StreamingHierarchy:
         w = as_weights(weights, n)
         ts = self._check_timestamps(timestamps, n)
         assert self.model_ is not None
-        routing = self.model_.route(X)
+        routing = self.model_.route(X, check_input=False)
         if n:
             stored = self._stored_weights(w, ts)
             for start in range(0, n, self.chunk_size):
@@ -525,7 +530,7 @@ class StreamingHierarchy:
         """Route without learning: leaf, path, margins and model version per row."""
         X = self._as_matrix(X)
         assert self.model_ is not None
-        return self.model_.route(X)
+        return self.model_.route(X, check_input=False)
 
     def predict(self, X: Any) -> np.ndarray:
         """Leaf id of every row under the current model."""
@@ -553,6 +558,7 @@ class StreamingHierarchy:
         lengths = row_sums(Xs) if self.family == "multinomial" else None
         batch = self._batch_counter
         self._batch_counter += 1
+        leaves: list[tuple[np.ndarray, int, int]] = []
         for nid, r0, r1 in self._spans:
             a, b = int(bounds[r0]), int(bounds[r1])
             if a == b:
@@ -561,11 +567,15 @@ class StreamingHierarchy:
             Xv = _row_slice(Xs, a, b)
             wv = ws[a:b]
             before = v.acc.weight
-            v.acc._update_csr(Xv, wv, second=v.is_leaf,
+            if v.is_leaf and v.acc.C is not None:
+                leaves.append((v.acc.C, a, b))
+            v.acc._update_csr(Xv, wv, second=False,
                               lengths=None if lengths is None else lengths[a:b])
             v.fresh += float(wv.sum())
             rng = np.random.default_rng([self.random_state, nid, batch])
             v.reservoir.offer(Xv, wv, before, rng)
+        # C only at leaves (design §3); the pair indices are built once for all leaves.
+        add_packed_gram_blocks([C for C, _, _ in leaves], Xs, ws, [(a, b) for _, a, b in leaves])
 
     # ------------------------------------------------------------------ refit
     def _weight_true(self, v: _Node) -> float:
@@ -626,9 +636,11 @@ class StreamingHierarchy:
                 _, _, vt = np.linalg.svd(X.toarray(), full_matrices=False)
                 return _complete_basis(vt[:m].T, m, d, self._eig_seed(nid, 1))
 
+            Xt = X.T  # built once: ARPACK calls matvec a hundred times or more
+
             def matvec(v: np.ndarray) -> np.ndarray:
                 v2 = np.asarray(v).reshape(d, -1)
-                out = X.T @ (X @ v2)
+                out = Xt @ (X @ v2)
                 if correct:
                     out = out - colsum[:, None] * v2
                 return np.asarray(out).reshape(np.shape(v))

@@ -222,9 +222,14 @@ class HierarchyModel:
         return path[::-1]
 
     # ------------------------------------------------------------------ routing
-    def route(self, X: Any) -> Routing:
-        """Route every row of ``X`` root → leaf. Cost O(nnz(X) · #internal nodes)."""
-        X = as_csr(X, self.n_features)
+    def route(self, X: Any, *, check_input: bool = True) -> Routing:
+        """Route every row of ``X`` root → leaf. Cost O(nnz(X) · #internal nodes).
+
+        ``check_input=False`` skips validation when ``X`` is already a float64 CSR array with
+        sorted, duplicate-free indices and ``n_features`` columns (the engine's own batches).
+        """
+        if check_input:
+            X = as_csr(X, self.n_features)
         n = X.shape[0]
         depth = self.max_depth
         leaf = np.full(n, self.root_id, dtype=np.int64)
@@ -234,30 +239,44 @@ class HierarchyModel:
         if self._router_w.shape[0]:
             for start in range(0, n, _ROUTE_CHUNK):
                 stop = min(start + _ROUTE_CHUNK, n)
-                self._route_chunk(X[start:stop], leaf[start:stop], paths[start:stop],
+                Xc = X[start:stop] if (start or stop < n) else X
+                self._route_chunk(Xc, leaf[start:stop], paths[start:stop],
                                   margins[start:stop])
         return Routing(leaf_ids=leaf, paths=paths, margins=margins, model_version=self.version)
 
     def _route_chunk(
         self, X: sp.csr_array, leaf: np.ndarray, paths: np.ndarray, margins: np.ndarray
     ) -> None:
-        scores = np.asarray(X @ self._router_w.T) + self._router_b
-        rows = np.arange(X.shape[0])
+        """Walk one chunk down the tree.
+
+        All routers are scored by one sparse-dense product; each router's decision
+        (s₁ > s₀, i.e. s₁ − s₀ > 0) and margin |s₀ − s₁| are computed for every row at once,
+        then each level gathers them at the rows' current nodes (flat integer indexing).
+        """
+        n = X.shape[0]
+        k = self._router_w.shape[0] // 2
+        scores = np.asarray(X @ self._router_w.T)
+        scores += self._router_b
+        if self._router_abs.any():
+            np.abs(scores, out=scores, where=np.repeat(self._router_abs, 2))
+        diff = (scores[:, 1::2] - scores[:, 0::2]).ravel()
+        go_right = (diff > 0).view(np.int8)
+        margin = np.abs(diff)
+        children = self._children.ravel()
+        base = np.arange(n, dtype=np.int64) * k
         for level in range(self.max_depth):
             idx = self._int_of_node[leaf]
-            active = idx >= 0
-            if not active.any():
+            active = np.flatnonzero(idx >= 0)
+            if active.size == 0:
                 break
-            r, i = rows[active], idx[active]
-            s0, s1 = scores[r, 2 * i], scores[r, 2 * i + 1]
-            absolute = self._router_abs[i]
-            s0 = np.where(absolute, np.abs(s0), s0)
-            s1 = np.where(absolute, np.abs(s1), s1)
-            go_right = s1 > s0
-            child = self._children[i, go_right.astype(np.int64)]
+            # Every row still internal (a full level): plain slices instead of gathers.
+            r: slice | np.ndarray = slice(None) if active.size == n else active
+            i = idx[r]
+            flat = base[r] + i
+            child = children[2 * i + go_right[flat]]
             leaf[r] = child
             paths[r, level + 1] = child
-            margins[r, level] = np.abs(s0 - s1)
+            margins[r, level] = margin[flat]
 
     def predict(self, X: Any) -> np.ndarray:
         """Leaf id of every row."""

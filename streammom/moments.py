@@ -24,8 +24,9 @@ sits at i(2d − i − 1)/2 + j.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
@@ -38,6 +39,7 @@ __all__ = [
     "MomentAccumulator",
     "SymmetricMatrix",
     "add_packed_gram",
+    "add_packed_gram_blocks",
     "pack_symmetric",
     "packed_outer",
     "packed_size",
@@ -59,6 +61,13 @@ def packed_size(d: int) -> int:
 def _row_offsets(d: int) -> np.ndarray:
     i = np.arange(d, dtype=np.int64)
     out = (i * (2 * d - i - 1)) // 2
+    out.setflags(write=False)
+    return out
+
+
+@lru_cache(maxsize=8)
+def _row_offsets32(d: int) -> np.ndarray:
+    out = _row_offsets(d).astype(np.int32)
     out.setflags(write=False)
     return out
 
@@ -148,13 +157,30 @@ class SymmetricMatrix:
 def packed_outer(Z: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     """Row-wise packed outer products: row i is the packed upper triangle of z_i z_iᵀ.
 
-    With ``weights``, row i is scaled by w_i. Built column-pair by column-pair on the
-    transposed (m, n) layout, which keeps every multiply contiguous.
+    With ``weights``, row i is scaled by w_i (as (w_i z_ia) z_ib). Built on the transposed
+    (m(m+1)/2, n) layout, one contiguous multiply per basis column; the result is a transposed
+    view of that buffer.
     """
-    a, b = _triu(Z.shape[1])
+    return _packed_outer_t(Z, weights).T
+
+
+def _packed_outer_t(
+    Z: np.ndarray, weights: np.ndarray | None = None, extra_rows: int = 0
+) -> np.ndarray:
+    """:func:`packed_outer` transposed, (m(m+1)/2 + extra_rows, n) C-contiguous.
+
+    The ``extra_rows`` trailing rows are left uninitialised for the caller to fill (the engine
+    appends the weights, so one sparse product yields both T and s).
+    """
+    n, m = Z.shape
     Zt = np.ascontiguousarray(Z.T)
     Zwt = Zt if weights is None else Zt * weights
-    return (Zwt[a] * Zt[b]).T
+    Ft = np.empty((m * (m + 1) // 2 + extra_rows, n))
+    o = 0
+    for i in range(m):
+        np.multiply(Zwt[i], Zt[i:], out=Ft[o : o + m - i])
+        o += m - i
+    return Ft
 
 
 def rotate_packed_third(T: np.ndarray, Q: np.ndarray) -> np.ndarray:
@@ -176,39 +202,62 @@ def row_sums(X: sp.csr_array) -> np.ndarray:
     return np.bincount(rows, weights=X.data, minlength=n).astype(np.float64, copy=False)
 
 
-def _gram_pairs(X: sp.csr_array, w: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """(packed index, value) of every pair (a ≤ b) of non-zeros inside each row, weighted.
-
-    Rows are grouped by their number of non-zeros k, so each group is a dense (n_k, k) block and
-    its pairs come from fixed triangle indices: no per-row Python loop.
-    """
-    indptr = X.indptr
-    k = np.diff(indptr)
+def _row_groups(k: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Rows grouped by their number of non-zeros k > 0, ascending k (rows ascending within)."""
     order = np.argsort(k, kind="stable")
     ks = k[order]
     cuts = np.flatnonzero(np.diff(ks)) + 1
-    offs = _row_offsets(d)
-    idx_parts: list[np.ndarray] = []
-    val_parts: list[np.ndarray] = []
+    bounds = [0, *cuts.tolist(), int(ks.size)]
+    return [(int(ks[a]), order[a:b]) for a, b in pairwise(bounds)
+            if b > a and ks[a] > 0]
+
+
+def _gram_blocks(
+    X: sp.csr_array, w: np.ndarray, k: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | float]]:
+    """(rows, packed index, value) of every pair (a ≤ b) of non-zeros inside each row.
+
+    Rows are grouped by their number of non-zeros k (rows with k = 0 are skipped; pass a k with
+    zeros to leave rows out), so each group is a dense (n_k, k) block and its pairs come from
+    fixed triangle indices: no per-row Python loop. Index and value blocks are (n_k, k(k+1)/2).
+    Indices are int32 when the packed size allows (half the memory traffic); for binary rows
+    with one common weight the value is that scalar (no per-pair value array).
+    """
+    d = X.shape[1]
+    indptr = X.indptr
+    small = packed_size(d) < np.iinfo(np.int32).max
+    offs = _row_offsets32(d) if small else _row_offsets(d)
+    ind = X.indices.astype(offs.dtype, copy=False)
     binary = bool(X.nnz) and bool(np.all(X.data == 1.0))
-    for group in np.split(order, cuts):
-        if group.size == 0:
-            continue
-        kk = int(k[group[0]])
-        if kk == 0:
-            continue
+    uniform = binary and w.size > 0 and bool(np.all(w == w[0]))
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray | float]] = []
+    for kk, group in _row_groups(k):
         a, b = _triu(kk)
         pos = indptr[group][:, None] + np.arange(kk)
-        cols = X.indices[pos].astype(np.int64, copy=False)
-        idx_parts.append((offs[cols[:, a]] + cols[:, b]).ravel())
-        if binary:
-            val_parts.append(np.repeat(w[group], a.size))
+        cols = ind[pos]
+        idx = offs[cols][:, a]
+        idx += cols[:, b]
+        val: np.ndarray | float
+        if uniform:
+            val = float(w[0])
+        elif binary:
+            val = np.broadcast_to(w[group][:, None], idx.shape)
         else:
             vals = X.data[pos]
-            val_parts.append(((w[group][:, None] * vals[:, a]) * vals[:, b]).ravel())
-    if not idx_parts:
+            val = (w[group][:, None] * vals[:, a]) * vals[:, b]
+        out.append((group, idx, val))
+    return out
+
+
+def _gram_pairs(X: sp.csr_array, w: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """(packed index, value) of every pair (a ≤ b) of non-zeros inside each row, weighted."""
+    blocks = _gram_blocks(X, w, np.diff(X.indptr))
+    if not blocks:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    return np.concatenate(idx_parts), np.concatenate(val_parts)
+    idx = np.concatenate([i.ravel() for _, i, _ in blocks]).astype(np.int64, copy=False)
+    val = np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), i.shape).ravel()
+                          for _, i, v in blocks])
+    return idx, val
 
 
 def add_packed_gram(C: np.ndarray, X: sp.csr_array, w: np.ndarray) -> None:
@@ -216,10 +265,33 @@ def add_packed_gram(C: np.ndarray, X: sp.csr_array, w: np.ndarray) -> None:
 
     Cost O(Σ_i nnz_i²) (design §3: "sparse updates cost nnz_i²"); never a dense d×d temporary.
     """
-    d = X.shape[1]
-    idx, val = _gram_pairs(X, w, d)
-    if idx.size:
-        np.add.at(C, idx, val)
+    add_packed_gram_blocks([C], X, w, [(0, X.shape[0])])
+
+
+def add_packed_gram_blocks(
+    Cs: Sequence[np.ndarray], X: sp.csr_array, w: np.ndarray, bounds: Sequence[tuple[int, int]]
+) -> None:
+    """C_j += packed Xⱼᵀ diag(wⱼ) Xⱼ for the row ranges Xⱼ = X[a_j:b_j] (ascending, disjoint).
+
+    The pair indices are generated once per row-length group for all blocks together; then one
+    unbuffered ``np.add.at`` per (group, block) adds them in the same order as one call over
+    that block's pairs would (so results do not depend on the grouping or the blocks).
+    """
+    n = X.shape[0]
+    k = np.zeros(n, dtype=np.int64)
+    owner = np.full(n, len(Cs), dtype=np.int64)
+    rowlen = np.diff(X.indptr)
+    for j, (a, b) in enumerate(bounds):
+        k[a:b] = rowlen[a:b]
+        owner[a:b] = j
+    targets = np.arange(len(Cs) + 1)
+    for group, idx, val in _gram_blocks(X, w, k):
+        cuts = np.searchsorted(owner[group], targets).tolist()
+        for j, C in enumerate(Cs):
+            r0, r1 = cuts[j], cuts[j + 1]
+            if r1 > r0:
+                v = val if isinstance(val, float) else val[r0:r1].ravel()
+                np.add.at(C, idx[r0:r1].ravel(), v)
 
 
 def _as_csr(X: Any, d: int) -> sp.csr_array:
@@ -339,7 +411,9 @@ class MomentAccumulator:
     ) -> None:
         """:meth:`update` without input validation (float64 CSR, sorted indices, w (n,))."""
         self.weight += float(w.sum())
-        self.s += X.T @ w
+        with_third = third and self.T is not None and self.basis is not None
+        if not with_third:
+            self.s += X.T @ w
         if self.family == "multinomial":
             t = row_sums(X) if lengths is None else lengths
             t1 = np.maximum(t - 1.0, 0.0)
@@ -349,13 +423,24 @@ class MomentAccumulator:
             self.t3 += float(w @ (t * t1 * t2))
         if second and self.C is not None:
             add_packed_gram(self.C, X, w)
-        if third and self.T is not None and self.basis is not None:
-            self.T += self._third_increment(X, w)
+        if with_third:
+            # One sparse product gives T and s: the weights ride along as an extra column of F
+            # (each output entry is summed in the same order as by a separate Xᵀw).
+            assert self.T is not None
+            R = self._third_increment(X, w, with_weights=True)
+            self.T += R[:, :-1]
+            self.s += R[:, -1]
 
-    def _third_increment(self, X: sp.csr_array, w: np.ndarray) -> np.ndarray:
+    def _third_increment(
+        self, X: sp.csr_array, w: np.ndarray, *, with_weights: bool = False
+    ) -> np.ndarray:
+        """Xᵀ F, F row i = w_i packed(z_i z_iᵀ), z = Pᵀ x_i (plus a last column Xᵀ w if asked)."""
         assert self.basis is not None
         Z = np.asarray(X @ self.basis)
-        return np.asarray(X.T @ np.ascontiguousarray(packed_outer(Z, w)))
+        Ft = _packed_outer_t(Z, w, extra_rows=1 if with_weights else 0)
+        if with_weights:
+            Ft[-1] = w
+        return np.asarray(X.T @ np.ascontiguousarray(Ft.T))
 
     def merge(self, other: MomentAccumulator) -> MomentAccumulator:
         """Add another accumulator's sums (exact; same d, family and basis required)."""
