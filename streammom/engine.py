@@ -59,7 +59,12 @@ from streammom.moments import (
     row_sums,
 )
 from streammom.reservoir import Reservoir
-from streammom.serialization import SnapshotFormatError, archive_bytes, read_archive
+from streammom.serialization import (
+    SnapshotFormatError,
+    archive_bytes,
+    check_manifest,
+    read_archive,
+)
 from streammom.split import NodeMoments, Split, compute_split
 from streammom.vocab import Vocabulary
 
@@ -1108,12 +1113,9 @@ class StreamingHierarchy:
         cls, manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
     ) -> StreamingHierarchy:
         """Rebuild an engine from :meth:`to_archive` output (validates the schema)."""
-        if manifest.get("kind") != "streaming-hierarchy":
-            raise SnapshotFormatError(f"not an engine snapshot: kind={manifest.get('kind')!r}")
-        if manifest.get("schema_version") != ENGINE_SCHEMA_VERSION:
-            raise SnapshotFormatError(
-                f"unsupported engine schema version {manifest.get('schema_version')!r}"
-            )
+        check_manifest(
+            manifest, kind="streaming-hierarchy", schema_version=ENGINE_SCHEMA_VERSION, what="engine snapshot"
+        )
         try:
             vocab = (None if manifest.get("vocabulary") is None
                      else Vocabulary.from_archive(manifest["vocabulary"]))

@@ -28,7 +28,12 @@ import scipy.sparse as sp
 
 from streammom._validation import as_csr
 from streammom.relevance import FeatureScore, top_features
-from streammom.serialization import SnapshotFormatError, archive_bytes, read_archive
+from streammom.serialization import (
+    SnapshotFormatError,
+    archive_bytes,
+    check_manifest,
+    read_archive,
+)
 
 __all__ = ["HierarchyModel", "Router", "Routing", "TreeNode", "map_router"]
 
@@ -343,12 +348,9 @@ class HierarchyModel:
         cls, manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
     ) -> HierarchyModel:
         """Rebuild a model from :meth:`to_archive` output, validating the schema."""
-        if manifest.get("kind") != "hierarchy-model":
-            raise SnapshotFormatError(f"not a hierarchy model: kind={manifest.get('kind')!r}")
-        if manifest.get("schema_version") != MODEL_SCHEMA_VERSION:
-            raise SnapshotFormatError(
-                f"unsupported model schema version {manifest.get('schema_version')!r}"
-            )
+        check_manifest(
+            manifest, kind="hierarchy-model", schema_version=MODEL_SCHEMA_VERSION, what="hierarchy model"
+        )
         try:
             means = np.asarray(arrays["means"], dtype=np.float64)
             rw = np.asarray(arrays["router_weights"], dtype=np.float64)

@@ -35,6 +35,27 @@ def _dump_manifest(manifest: Mapping[str, Any]) -> bytes:
     ).encode("ascii")
 
 
+def check_manifest(
+    manifest: Mapping[str, Any], *, kind: str, schema_version: int, what: str
+) -> None:
+    """Refuse a manifest of another ``kind`` or an unsupported ``schema_version``.
+
+    ``what`` names the object in the message ("hierarchy model", "engine snapshot", …).
+
+    >>> check_manifest({"kind": "x", "schema_version": 1}, kind="x", schema_version=1, what="x")
+    >>> check_manifest({"kind": "y"}, kind="x", schema_version=1, what="thing")
+    Traceback (most recent call last):
+    ...
+    streammom.serialization.SnapshotFormatError: not a thing: kind='y'
+    """
+    if manifest.get("kind") != kind:
+        raise SnapshotFormatError(f"not a {what}: kind={manifest.get('kind')!r}")
+    if manifest.get("schema_version") != schema_version:
+        raise SnapshotFormatError(
+            f"unsupported {what} schema version {manifest.get('schema_version')!r}"
+        )
+
+
 def archive_bytes(
     manifest: Mapping[str, Any],
     arrays: Mapping[str, np.ndarray],

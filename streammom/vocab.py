@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from streammom.serialization import SnapshotFormatError
+from streammom.serialization import SnapshotFormatError, check_manifest
 
 __all__ = ["Vocabulary"]
 
@@ -205,12 +205,9 @@ class Vocabulary:
         cls, manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = None
     ) -> Vocabulary:
         """Inverse of :meth:`to_archive`."""
-        if manifest.get("kind") != "vocabulary":
-            raise SnapshotFormatError(f"not a vocabulary: kind={manifest.get('kind')!r}")
-        if manifest.get("schema_version") != VOCAB_SCHEMA_VERSION:
-            raise SnapshotFormatError(
-                f"unsupported vocabulary schema version {manifest.get('schema_version')!r}"
-            )
+        check_manifest(
+            manifest, kind="vocabulary", schema_version=VOCAB_SCHEMA_VERSION, what="vocabulary"
+        )
         try:
             toks = list(manifest["tokens"])
             growing = bool(manifest["growing"])

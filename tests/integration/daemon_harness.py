@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_server import child_dies_with_parent, free_port
 
 # Small, fast engine + frequent checkpoints: the integration suite must stay within minutes.
 ENGINE_ENV = {
@@ -52,12 +52,6 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {message}")
         time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_get(url: str, timeout: float = 3.0) -> tuple[int, str]:
@@ -113,6 +107,7 @@ class Daemon:
         extra_env: dict[str, str] | None = None,
     ) -> None:
         self.port = free_port()
+        self.topics = topics
         self.workdir = workdir
         self.state = workdir / "state"
         self.state.mkdir(parents=True, exist_ok=True)
@@ -148,6 +143,7 @@ class Daemon:
                 env=self.env,
                 cwd=self.workdir,
                 start_new_session=True,
+                preexec_fn=child_dies_with_parent,
             )
         self.starts += 1
         return self
@@ -167,6 +163,12 @@ class Daemon:
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float | None:
         status, body = self.get("/metrics")
         return metric(body, name, labels) if status == 200 else None
+
+    def metrics_text(self) -> str:
+        """The current ``/metrics`` exposition (fails if the endpoint does not answer 200)."""
+        status, body = self.get("/metrics")
+        assert status == 200, (status, body[:500])
+        return body
 
     def processed(self) -> float:
         return self.metric("streammom_events_processed_total") or 0.0

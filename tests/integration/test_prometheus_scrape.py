@@ -14,11 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from daemon_harness import Daemon, make_topics, streammom_exe
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_server import (
@@ -177,34 +174,6 @@ N_EVENTS = 2000
 MALFORMED_EVERY = 100  # -> 20 malformed messages, cycling through every reject reason
 
 
-def _streammom_exe() -> str:
-    beside = Path(sys.executable).with_name("streammom")
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("streammom")
-    if not found:
-        pytest.fail("the `streammom` console script is not installed (make install)")
-    return found
-
-
-def _create_topics(make_topic: Callable[..., str], prefix: str) -> dict[str, str]:
-    """The daemon's four topics, made by conftest's ``kafka_topic_factory`` (unique names)."""
-    return {
-        "input": make_topic(3, prefix=f"{prefix}-events"),
-        "assignments": make_topic(3, prefix=f"{prefix}-assignments"),
-        "models": make_topic(1, prefix=f"{prefix}-models", config={"cleanup.policy": "compact"}),
-        "dead_letters": make_topic(1, prefix=f"{prefix}-dlq"),
-    }
-
-
-def _http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as resp:
-            return int(resp.status), resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode(errors="replace")
-
-
 def _metric_sum(text: str, sample_name: str) -> float | None:
     """Sum of all samples called ``sample_name`` in a text exposition, None if absent."""
     values = [
@@ -216,69 +185,13 @@ def _metric_sum(text: str, sample_name: str) -> float | None:
     return sum(values) if values else None
 
 
-class _Daemon:
-    def __init__(self, bootstrap: str, topics: dict[str, str], workdir: Path, group: str) -> None:
-        self.topics = topics
-        self.port = free_port()
-        self.log_path = workdir / "streammom.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMMOM_")}
-        env.update(
-            {
-                "STREAMMOM_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                "STREAMMOM_KAFKA__GROUP_ID": group,
-                "STREAMMOM_TOPICS__INPUT": topics["input"],
-                "STREAMMOM_TOPICS__ASSIGNMENTS": topics["assignments"],
-                "STREAMMOM_TOPICS__MODELS": topics["models"],
-                "STREAMMOM_TOPICS__DEAD_LETTERS": topics["dead_letters"],
-                "STREAMMOM_CHECKPOINT__DIR": str(workdir / "state"),
-                "STREAMMOM_HTTP__HOST": "127.0.0.1",
-                "STREAMMOM_HTTP__PORT": str(self.port),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        (workdir / "state").mkdir()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [_streammom_exe(), "run"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=workdir,
-                start_new_session=True,
-                preexec_fn=child_dies_with_parent,
-            )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log_tail(self, lines: int = 60) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no daemon log)"
-        return "--- streammom log (tail) ---\n" + "\n".join(text.splitlines()[-lines:])
-
-    def alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise AssertionError(
-                f"streammom run exited with {self.proc.returncode}\n{self.log_tail()}"
-            )
-
-    def metrics(self) -> str:
-        status, body = _http_get(f"{self.url}/metrics")
-        assert status == 200, (status, body[:500])
-        return body
-
-
 @pytest.fixture
 def daemon(
     kafka_topic_factory: Callable[..., str], kafka_bootstrap: str, tmp_path: Path
-) -> Iterator[_Daemon]:
+) -> Iterator[Daemon]:
     prefix = f"promscrape-{uuid.uuid4().hex[:8]}"
-    topics = _create_topics(kafka_topic_factory, prefix)
-    d = _Daemon(kafka_bootstrap, topics, tmp_path, group=f"{prefix}-group")
+    topics = make_topics(kafka_topic_factory, prefix, partitions=3)
+    d = Daemon(kafka_bootstrap, topics, tmp_path, group=f"{prefix}-group").start()
     try:
         yield d
     finally:
@@ -310,7 +223,7 @@ def _rejected_by_reason(text: str) -> dict[str, int]:
 
 @pytest.mark.kafka
 def test_prometheus_scrapes_the_daemon(
-    daemon: _Daemon, kafka_bootstrap: str, tmp_path: Path
+    daemon: Daemon, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     expected_rejected = _expected_rejections(N_EVENTS, MALFORMED_EVERY)
     n_rejected = sum(expected_rejected.values())
@@ -318,7 +231,7 @@ def test_prometheus_scrapes_the_daemon(
 
     def healthy() -> bool:
         daemon.alive()
-        return _http_get(f"{daemon.url}/healthz")[0] == 200
+        return daemon.get("/healthz")[0] == 200
 
     wait_until(healthy, timeout=90, what="streammom /healthz", diagnostics=daemon.log_tail)
 
@@ -329,7 +242,7 @@ def test_prometheus_scrapes_the_daemon(
 
         produce = subprocess.run(
             [
-                _streammom_exe(),
+                streammom_exe(),
                 "produce-sample",
                 "--bootstrap",
                 kafka_bootstrap,
@@ -352,7 +265,7 @@ def test_prometheus_scrapes_the_daemon(
 
         def daemon_done() -> bool:
             daemon.alive()
-            text = daemon.metrics()
+            text = daemon.metrics_text()
             processed = _metric_sum(text, "streammom_events_processed_total") or 0
             rejected = _metric_sum(text, "streammom_events_rejected_total") or 0
             assert processed <= N_EVENTS, f"processed {processed} > {N_EVENTS}"
@@ -373,7 +286,7 @@ def test_prometheus_scrapes_the_daemon(
         )
 
         # Prometheus and the daemon's own /metrics agree, reason by reason.
-        text = daemon.metrics()
+        text = daemon.metrics_text()
         assert _metric_sum(text, "streammom_events_processed_total") == N_EVENTS
         assert _rejected_by_reason(text) == expected_rejected
         in_prom = {
