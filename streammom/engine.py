@@ -1114,7 +1114,10 @@ class StreamingHierarchy:
     ) -> StreamingHierarchy:
         """Rebuild an engine from :meth:`to_archive` output (validates the schema)."""
         check_manifest(
-            manifest, kind="streaming-hierarchy", schema_version=ENGINE_SCHEMA_VERSION, what="engine snapshot"
+            manifest,
+            kind="streaming-hierarchy",
+            schema_version=ENGINE_SCHEMA_VERSION,
+            what="engine snapshot",
         )
         try:
             vocab = (None if manifest.get("vocabulary") is None

@@ -349,7 +349,10 @@ class HierarchyModel:
     ) -> HierarchyModel:
         """Rebuild a model from :meth:`to_archive` output, validating the schema."""
         check_manifest(
-            manifest, kind="hierarchy-model", schema_version=MODEL_SCHEMA_VERSION, what="hierarchy model"
+            manifest,
+            kind="hierarchy-model",
+            schema_version=MODEL_SCHEMA_VERSION,
+            what="hierarchy model",
         )
         try:
             means = np.asarray(arrays["means"], dtype=np.float64)
