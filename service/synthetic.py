@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+import scipy.sparse as sp
 
 __all__ = [
     "BACKGROUND",
@@ -138,6 +139,17 @@ class Cohort:
                 "ts": self.start_ts + float(i),
                 "codes": codes,
             }
+
+    def matrix(self) -> tuple[sp.csr_array, list[str]]:
+        """The cohort as a binary patient × code matrix over :func:`all_codes` (and the codes)."""
+        codes = all_codes()
+        column = {c: i for i, c in enumerate(codes)}
+        rows = np.repeat(np.arange(len(self.codes)), [len(cs) for cs in self.codes])
+        cols = np.fromiter((column[c] for cs in self.codes for c in cs), dtype=np.int64,
+                           count=rows.size)
+        X = sp.csr_array((np.ones(rows.size), (rows, cols)), shape=(len(self.codes), len(codes)))
+        X.sum_duplicates()
+        return X, codes
 
     def event_bytes(self) -> Iterator[bytes]:
         """The events as compact JSON bytes (one Kafka message / JSONL line each)."""

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from service.commands.report import run_report
 from streammom.hierarchical import HierarchicalMoM
@@ -76,15 +75,11 @@ class _Body(HTMLParser):
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, HierarchyModel]:
     """A demo-like report: SYNTHETIC ICD-10-CM cohort, HierarchicalMoM, events heatmap."""
-    from service.synthetic import all_codes, generate_cohort
+    from service.synthetic import generate_cohort
 
     tmp = tmp_path_factory.mktemp("browser")
     cohort = generate_cohort(4000, seed=5)
-    codes = all_codes()
-    col = {c: i for i, c in enumerate(codes)}
-    rows = [r for r, cs in enumerate(cohort.codes) for _ in cs]
-    cols = [col[c] for cs in cohort.codes for c in cs]
-    X = sp.csr_array((np.ones(len(rows)), (rows, cols)), shape=(len(cohort), len(codes)))
+    X, codes = cohort.matrix()
     fitted = HierarchicalMoM(max_depth=2).fit(X).model_
     model = HierarchyModel(
         fitted.nodes.values(),

@@ -500,14 +500,10 @@ def test_terminal_tree_and_json(known: SimpleNamespace) -> None:
 @pytest.fixture(scope="module")
 def demo_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A demo-like model: the SYNTHETIC ICD-10-CM cohort, fitted by HierarchicalMoM."""
-    from service.synthetic import all_codes, generate_cohort
+    from service.synthetic import generate_cohort
 
     cohort = generate_cohort(4000, seed=3)
-    codes = all_codes()
-    col = {c: i for i, c in enumerate(codes)}
-    rows = [r for r, cs in enumerate(cohort.codes) for _ in cs]
-    cols = [col[c] for cs in cohort.codes for c in cs]
-    X = sp.csr_array((np.ones(len(rows)), (rows, cols)), shape=(len(cohort), len(codes)))
+    X, codes = cohort.matrix()
     fitted = HierarchicalMoM(max_depth=2).fit(X).model_
     model = HierarchyModel(
         fitted.nodes.values(),
