@@ -42,13 +42,13 @@ def adjusted_rand_index(a: np.ndarray, b: np.ndarray) -> float:
     return (sum_ij - expected) / (max_index - expected)
 
 
-def demo_settings(checkpoint_dir: str, **model: Any) -> Settings:
-    """Small, fast engine settings for the demo cohort."""
+def demo_settings(checkpoint_dir: str, patients: int = 30_000, **model: Any) -> Settings:
+    """Small, fast engine settings for the demo cohort: about six refits whatever its size."""
     cfg = {
         "max_depth": 3,
         "max_leaves": 8,
         "min_split_weight": 400.0,
-        "refit_every": 5000,
+        "refit_every": min(5000, max(500, patients // 6)),
         "reservoir_size": 1024,
         "basis_dim": 8,
         "vocabulary_capacity": 256,
@@ -93,7 +93,7 @@ def run_demo(patients: int = 30_000, *, seed: int = 0, **model: Any) -> DemoResu
 
     cohort = generate_cohort(patients, seed=seed)
     with tempfile.TemporaryDirectory(prefix="streammom-demo-") as tmp:
-        settings = demo_settings(tmp, **model)
+        settings = demo_settings(tmp, patients, **model)
         broker = MemoryBroker()
         topics = settings.topics
         broker.create_topic(topics.input, 1)

@@ -234,10 +234,13 @@ def detect_codes(feature_names: Sequence[str] | None, *, sample: int = 200) -> C
     'Icd9Names'
     >>> detect_codes(["heart", "failure"]) is None
     True
+    >>> type(detect_codes(["I50.9", "J449", "", "", "", ""])).__name__  # empty vocabulary slots
+    'Icd10Names'
     """
-    if not feature_names:
+    # unused slots of a growing vocabulary are "": they say nothing about the code system
+    names = [u for u in (str(n).strip().upper() for n in feature_names or ()) if u][:sample]
+    if not names:
         return None
-    names = [str(n).strip().upper() for n in list(feature_names)[:sample]]
     need = max(1, len(names) // 2)
     icd10 = Icd10Names()
     hits10 = sum(1 for n in names if _ICD10_SHAPE.match(n) and icd10.name(n))

@@ -48,8 +48,14 @@ def test_ari() -> None:
 
 
 def test_demo_small() -> None:
+    from service.synthetic import all_codes, code_description
+
     out = _ok(["demo", "--patients", "3000"])
     assert "SYNTHETIC" in out and "ARI" in out and "events/s" in out
+    # the tree names its top codes with their real ICD-10-CM descriptions
+    flat = " ".join(out.split())
+    named = [c for c in all_codes() if f"{c} {code_description(c)}" in flat]
+    assert len(named) >= 4, named
 
 
 def test_fit_assign_inspect_round_trip(tmp_path: Path) -> None:
