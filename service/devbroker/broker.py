@@ -65,8 +65,15 @@ class BrokerError(RuntimeError):
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: URL-safe base64 of 16 random bytes, no padding (22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: URL-safe base64 of 16 random bytes, no padding (22 chars).
+
+    Like Kafka's ``Uuid.randomUuid()``, never one that starts with ``-``: the storage tool's
+    argument parser would read it as an option ("--cluster-id/-t: expected one argument").
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def server_properties(

@@ -33,6 +33,18 @@ def test_cluster_id_is_unpadded_urlsafe_base64_of_16_bytes() -> None:
     assert new_cluster_id() != cid
 
 
+def test_cluster_id_never_starts_with_a_dash(monkeypatch) -> None:
+    """An id like "-abc…" is parsed as an option by kafka-storage; 1 in 64 random ids is one."""
+    import uuid
+
+    dash_first = uuid.UUID(bytes=b"\xf8" + bytes(15))  # base64 "-A…": would break the format
+    plain = uuid.UUID(bytes=bytes(16))
+    draws = iter([dash_first, plain])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
+    assert base64.urlsafe_b64encode(dash_first.bytes).decode().startswith("-")
+    assert new_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
+
+
 def test_server_properties_single_node_kraft(tmp_path: Path) -> None:
     props = server_properties(port=1234, controller_port=1235, log_dir=tmp_path,
                               overrides={"num.partitions": "3"})
