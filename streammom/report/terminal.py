@@ -19,8 +19,14 @@ from streammom.model import HierarchyModel
 from streammom.report.charts import PALETTE, feature_label, fmt_share, fmt_weight, preorder
 from streammom.report.codes import CodeMap, load_codes
 from streammom.report.html import format_time
+from streammom.report.loader import model_info
 
 __all__ = ["render_tree", "tree_summary"]
+
+
+_MODEL_FIELDS = (
+    "model_version", "method", "family", "n_features", "n_nodes", "n_leaves", "max_depth",
+)
 
 
 def _header(model: HierarchyModel, info: Mapping[str, Any]) -> Text:
@@ -121,14 +127,9 @@ def tree_summary(
                 "top_features": feats,
             }
         )
+    shape = model_info(model)
     return {
-        "model_version": model.version,
-        "method": model.method,
-        "family": model.family,
-        "n_features": model.n_features,
-        "n_nodes": len(model.nodes),
-        "n_leaves": model.n_leaves,
-        "max_depth": model.max_depth,
+        **{key: shape[key] for key in _MODEL_FIELDS},
         "events_seen": info.get("events_seen"),
         "last_refit_time": info.get("last_refit_time"),
         "kind": info.get("kind"),
