@@ -226,6 +226,29 @@ class HierarchyModel:
             path.append(self.nodes[path[-1]].parent)
         return path[::-1]
 
+    def replace(
+        self,
+        *,
+        version: int | None = None,
+        feature_names: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> HierarchyModel:
+        """A copy with a new version, feature names or metadata (the tree is shared).
+
+        >>> m = HierarchyModel([TreeNode(0, -1, 0, 1.0, np.zeros(2))], n_features=2)
+        >>> m.replace(version=3, feature_names=["a", "b"]).feature_names
+        ('a', 'b')
+        """
+        return HierarchyModel(
+            self.nodes.values(),
+            n_features=self.n_features,
+            family=self.family,
+            method=self.method,
+            version=self.version if version is None else version,
+            feature_names=self.feature_names if feature_names is None else feature_names,
+            metadata=self.metadata if metadata is None else metadata,
+        )
+
     # ------------------------------------------------------------------ routing
     def route(self, X: Any, *, check_input: bool = True) -> Routing:
         """Route every row of ``X`` root → leaf. Cost O(nnz(X) · #internal nodes).

@@ -103,7 +103,7 @@ def from_engine(engine: Any, *, source: str = "<engine>") -> tuple[HierarchyMode
     if model.feature_names is None:
         names = _vocabulary_names(getattr(engine, "vocabulary", None), model.n_features)
         if names is not None:
-            model = _with_feature_names(model, names)
+            model = model.replace(feature_names=names)
     info = model_info(model, kind="streaming-hierarchy", source=source)
     events = getattr(engine, "n_events_seen_", None)
     refit = getattr(engine, "last_refit_time_", None)
@@ -174,18 +174,6 @@ def _vocabulary_names(vocab: Any, n_features: int) -> list[str] | None:
     out = [str(n) for n in list(names)[:n_features]]
     out += [f"#{i}" for i in range(len(out), n_features)]
     return out
-
-
-def _with_feature_names(model: HierarchyModel, names: Sequence[str]) -> HierarchyModel:
-    return HierarchyModel(
-        model.nodes.values(),
-        n_features=model.n_features,
-        family=model.family,
-        method=model.method,
-        version=model.version,
-        feature_names=names,
-        metadata=model.metadata,
-    )
 
 
 def _record(record: Any) -> dict[str, Any]:

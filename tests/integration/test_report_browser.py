@@ -81,15 +81,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, HierarchyMod
     cohort = generate_cohort(4000, seed=5)
     X, codes = cohort.matrix()
     fitted = HierarchicalMoM(max_depth=2).fit(X).model_
-    model = HierarchyModel(
-        fitted.nodes.values(),
-        n_features=len(codes),
-        family=fitted.family,
-        method=fitted.method,
-        version=2,
-        feature_names=codes,
-        metadata={"n_events_seen": len(cohort)},
-    )
+    model = fitted.replace(version=2, feature_names=codes, metadata={"n_events_seen": len(cohort)})
     snapshot = tmp / "model.smm"
     snapshot.write_bytes(model.to_bytes())
     events = tmp / "events.jsonl"

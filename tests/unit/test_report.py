@@ -505,14 +505,7 @@ def demo_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cohort = generate_cohort(4000, seed=3)
     X, codes = cohort.matrix()
     fitted = HierarchicalMoM(max_depth=2).fit(X).model_
-    model = HierarchyModel(
-        fitted.nodes.values(),
-        n_features=len(codes),
-        family=fitted.family,
-        method=fitted.method,
-        version=4,
-        feature_names=codes,
-    )
+    model = fitted.replace(version=4, feature_names=codes)
     path = tmp_path_factory.mktemp("demo") / "demo-model.smm"
     path.write_bytes(model.to_bytes())
     return path
