@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from service.commands.streams import binary_stream
 from service.config import LimitsSettings, ModelSettings
 from service.events import EventDecoder, Rejection
 from streammom.model import HierarchyModel
@@ -90,8 +91,7 @@ def iter_batches(
                     yield batch, rejected, nbytes
                     batch, rejected = [], {}
     else:
-        stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-        try:
+        with binary_stream(path, "rb") as stream:
             for line in stream:
                 nbytes += len(line)
                 value = line.rstrip(b"\r\n")
@@ -105,9 +105,6 @@ def iter_batches(
                 if len(batch) >= batch_size:
                     yield batch, rejected, nbytes
                     batch, rejected = [], {}
-        finally:
-            if stream is not sys.stdin.buffer:
-                stream.close()
     if batch or rejected:
         yield batch, rejected, nbytes
 
@@ -184,9 +181,8 @@ def assign_file(snapshot: str, path: str, output: str, *, batch_size: int = 5000
             return model_route(X)
 
     binary = loaded.model.family == "bernoulli"
-    out = sys.stdout.buffer if output == "-" else open(output, "wb")  # noqa: SIM115
     counts = {"assigned": 0, "rejected": 0}
-    try:
+    with binary_stream(output, "wb") as out:
         for items, rej, _ in iter_batches(path, batch_size=batch_size, limits=limits):
             counts["rejected"] += sum(rej.values())
             if not items:
@@ -201,9 +197,4 @@ def assign_file(snapshot: str, path: str, output: str, *, batch_size: int = 5000
                 lines.append(json.dumps({**ids, **rec}, separators=(",", ":")).encode())
             out.write(b"\n".join(lines) + b"\n")
             counts["assigned"] += len(items)
-    finally:
-        if out is not sys.stdout.buffer:
-            out.close()
-        else:
-            out.flush()
     return counts

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 
+from service.commands.streams import binary_stream
 from service.config import KafkaSettings
 
 __all__ = ["produce_sample", "sample_messages"]
@@ -49,17 +49,11 @@ def produce_sample(
     sent = 0
     start = time.monotonic()
     if output is not None:
-        out = sys.stdout.buffer if output == "-" else open(output, "wb")  # noqa: SIM115
-        try:
+        with binary_stream(output, "wb") as out:
             for _, value in sample_messages(events, seed=seed, malformed_every=malformed_every):
                 out.write(value + b"\n")
                 sent += 1
                 _pace(start, sent, rate)
-        finally:
-            if out is not sys.stdout.buffer:
-                out.close()
-            else:
-                out.flush()
         return sent
     if bootstrap is None or topic is None:
         raise ValueError("give --bootstrap and --topic, or --output")
