@@ -8,8 +8,10 @@ Hot path (``learn``), per batch, with no per-event Python loop:
 
 1. route the batch root → leaf with ``model_`` (one sparse-dense product + a walk per level);
 2. sort rows by the DFS rank of their leaf, so every node's rows are one contiguous slice;
-3. per node on the paths: W, s (and T1–T3), T in the node's own basis, reservoir offers; C only
-   at leaves — an internal node's C is its frozen offset plus its children's C (design §3);
+3. per node on the paths: reservoir offers; per leaf block: W, s (and T1–T3) and T of every
+   node on its root → leaf path, each T in its node's own basis, from one pair of sparse
+   products over the stacked bases (:func:`~streammom.moments.update_path`); C only at
+   leaves — an internal node's C is its frozen offset plus its children's C (design §3);
 4. run the refit policy (every ``refit_every`` events and/or ``refit_every_seconds`` of event
    time, never wall-clock, so runs are reproducible).
 
@@ -31,10 +33,13 @@ weight. Every change bumps ``model_version_`` and appends lineage records.
 Refit cost is bounded and does not grow with the stream: internal C's are assembled bottom-up
 only where needed (one add per node); the top eigenpairs of M2 come from a block Krylov–
 Rayleigh–Ritz solve warm-started from the node's tracked basis (a few float32 ``ssymm``
-products with the upper triangle of C, never a d×d eigendecomposition); ``compute_split`` then
+products with the upper triangle of C, never a d×d eigendecomposition; residuals ≤ 1e-3·θ₁,
+well inside the ``basis_tol`` the tracked basis tolerates); ``compute_split`` then
 gets M2 as a rank-p operator with exactly those eigenpairs; the basis is rebased only when the
-top-2 eigenvectors leave its span; and a node is refit only after new weight ≥ f × its weight,
-f doubling after every refit that barely moved its router (capped, reset on change).
+top-2 eigenvectors leave its span; a new child's basis is a few block Krylov steps on its
+reservoir rows from the parent's basis; the d(d+1)/2 temporaries of a refit come from a small
+pool of reused buffers; and a node is refit only after new weight ≥ f × its weight, f doubling
+after every refit that barely moved its router (capped, reset on change).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from streammom._buffers import PackedBufferPool
 from streammom._validation import as_csr, as_weights, check_random_state_int
 from streammom.decompose import top_eigenpairs
 from streammom.model import HierarchyModel, Router, Routing, TreeNode
@@ -57,6 +63,8 @@ from streammom.moments import (
     SymmetricMatrix,
     add_packed_gram_blocks,
     row_sums,
+    stack_bases,
+    update_path,
 )
 from streammom.reservoir import Reservoir
 from streammom.serialization import (
@@ -73,9 +81,10 @@ __all__ = ["ENGINE_SCHEMA_VERSION", "StreamingHierarchy"]
 ENGINE_SCHEMA_VERSION = 1
 _RENORM_EXPONENT = 64.0
 _SPARSE_BASIS_MIN_ROWS = 4
-_EIG_TOL = 1e-4
+_EIG_TOL = 1e-3
 _EIG_WARM_ITER = 40
 _EIG_COLD_ITER = 200
+_CHILD_BASIS_ITER = 8
 
 
 @dataclass
@@ -141,12 +150,13 @@ def _complete_basis(V: np.ndarray, m: int, d: int, seed: int) -> np.ndarray:
 
 def _block_krylov_top(
     matmul: Any, V: np.ndarray, *, k: int, tol: float, max_iter: int
-) -> tuple[np.ndarray, np.ndarray] | None:
+) -> tuple[np.ndarray, np.ndarray, bool]:
     """Top eigenpairs by Rayleigh–Ritz on span[V, AV], iterated (a block Davidson step).
 
-    Returns (values desc, vectors) of the p = V.shape[1] leading Ritz pairs once the k leading
-    residuals ‖A u − θ u‖ are ≤ tol·|θ₁|, or None after ``max_iter`` iterations. One product
-    with p columns per iteration (A V is carried over); deterministic.
+    Returns (values desc, vectors, converged) for the p = V.shape[1] leading Ritz pairs:
+    converged once the k leading residuals ‖A u − θ u‖ are ≤ tol·|θ₁|, else the last iterate
+    after ``max_iter`` iterations. One product with p columns per iteration (A V is carried
+    over); deterministic.
     """
     p = V.shape[1]
     AV = matmul(V)
@@ -165,8 +175,8 @@ def _block_krylov_top(
         R = AV[:, :k] - V[:, :k] * theta[:k]
         scale = max(abs(float(theta[0])), np.finfo(float).tiny)
         if float(np.max(np.linalg.norm(R, axis=0))) <= tol * scale:
-            return theta, V
-    return None
+            return theta, V, True
+    return theta, V, False
 
 
 def _low_rank_operator(vals: np.ndarray, vecs: np.ndarray) -> spla.LinearOperator:
@@ -398,6 +408,13 @@ class StreamingHierarchy:
             stack.extend(reversed(self.nodes_[v].children))
         return out
 
+    def _path_to(self, node_id: int) -> list[int]:
+        """Node ids root → ``node_id``."""
+        path = [node_id]
+        while self.nodes_[path[-1]].parent >= 0:
+            path.append(self.nodes_[path[-1]].parent)
+        return path[::-1]
+
     def _dfs(self) -> list[int]:
         return self._subtree(self.root_id_)
 
@@ -437,6 +454,9 @@ class StreamingHierarchy:
         rank[leaves] = np.arange(len(leaves))
         self._leaf_rank = rank
         self._n_leaves = len(leaves)
+        self._leaf_order = leaves
+        self._leaf_paths = {leaf: self._path_to(leaf) for leaf in leaves}
+        self._stacked_cache: dict[int, tuple[tuple[np.ndarray, ...], np.ndarray]] = {}
         span: dict[int, tuple[int, int]] = {}
         for nid in reversed(order):
             v = self.nodes_[nid]
@@ -553,7 +573,13 @@ class StreamingHierarchy:
 
     # ------------------------------------------------------------------ hot path
     def _accumulate(self, X: sp.csr_array, w: np.ndarray, leaf_ids: np.ndarray) -> None:
-        """Add a routed chunk to every node on its paths (design §3, §5)."""
+        """Add a routed chunk to every node on its paths (design §3, §5).
+
+        Rows are sorted by leaf (DFS rank), so every node's rows are one contiguous slice and
+        every leaf's rows one block. Per node: reservoir offers (with the weight before the
+        chunk). Per leaf block: W, s, T1–T3 and T of every node on the root → leaf path from one
+        pair of sparse products (:func:`~streammom.moments.update_path`). C only at leaves.
+        """
         rank = self._leaf_rank[leaf_ids]
         perm = np.argsort(rank, kind="stable")
         Xs = X[perm]
@@ -563,24 +589,40 @@ class StreamingHierarchy:
         lengths = row_sums(Xs) if self.family == "multinomial" else None
         batch = self._batch_counter
         self._batch_counter += 1
-        leaves: list[tuple[np.ndarray, int, int]] = []
         for nid, r0, r1 in self._spans:
             a, b = int(bounds[r0]), int(bounds[r1])
             if a == b:
                 continue
             v = self.nodes_[nid]
-            Xv = _row_slice(Xs, a, b)
             wv = ws[a:b]
-            before = v.acc.weight
-            if v.is_leaf and v.acc.C is not None:
-                leaves.append((v.acc.C, a, b))
-            v.acc._update_csr(Xv, wv, second=False,
-                              lengths=None if lengths is None else lengths[a:b])
             v.fresh += float(wv.sum())
             rng = np.random.default_rng([self.random_state, nid, batch])
-            v.reservoir.offer(Xv, wv, before, rng)
+            v.reservoir.offer(_row_slice(Xs, a, b), wv, v.acc.weight, rng)
+        leaves: list[tuple[np.ndarray, int, int]] = []
+        for leaf, r in zip(self._leaf_order, range(self._n_leaves), strict=True):
+            a, b = int(bounds[r]), int(bounds[r + 1])
+            if a == b:
+                continue
+            accs, stacked = self._path_accumulators(leaf)
+            update_path(accs, _row_slice(Xs, a, b), ws[a:b], stacked=stacked,
+                        lengths=None if lengths is None else lengths[a:b])
+            C = self.nodes_[leaf].acc.C
+            if C is not None:
+                leaves.append((C, a, b))
         # C only at leaves (design §3); the pair indices are built once for all leaves.
         add_packed_gram_blocks([C for C, _, _ in leaves], Xs, ws, [(a, b) for _, a, b in leaves])
+
+    def _path_accumulators(self, leaf: int) -> tuple[list[MomentAccumulator], np.ndarray]:
+        """The accumulators root → ``leaf`` and their stacked bases (cached per basis set)."""
+        accs = [self.nodes_[nid].acc for nid in self._leaf_paths[leaf]]
+        bases = tuple(a.basis for a in accs if a.basis is not None and a.T is not None)
+        hit = self._stacked_cache.get(leaf)
+        if hit is None or len(hit[0]) != len(bases) or any(
+            x is not y for x, y in zip(hit[0], bases, strict=True)
+        ):
+            hit = (bases, stack_bases(accs))
+            self._stacked_cache[leaf] = hit
+        return accs, hit[1]
 
     # ------------------------------------------------------------------ refit
     def _weight_true(self, v: _Node) -> float:
@@ -623,8 +665,14 @@ class StreamingHierarchy:
             _, vecs = top_eigenpairs(M2, m, random_state=self._eig_seed(nid))
         return _complete_basis(vecs, m, d, self._eig_seed(nid, 1))
 
-    def _basis_from_rows(self, X: sp.csr_array, nid: int) -> np.ndarray:
-        """Top-m eigenvectors of the M2 estimated from reservoir rows (cheap sparse operator)."""
+    def _basis_from_rows(
+        self, X: sp.csr_array, nid: int, start: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Top-m eigenvectors of the M2 estimated from reservoir rows (cheap sparse operator).
+
+        ``start`` (the parent's basis for a new child) warm-starts the block Krylov solve of
+        :meth:`_top_eigenpairs`; each product costs O(nnz(X)·m).
+        """
         assert self.n_features_ is not None
         d = self.n_features_
         m = min(self.basis_dim, d)
@@ -641,7 +689,7 @@ class StreamingHierarchy:
                 _, _, vt = np.linalg.svd(X.toarray(), full_matrices=False)
                 return _complete_basis(vt[:m].T, m, d, self._eig_seed(nid, 1))
 
-            Xt = X.T  # built once: ARPACK calls matvec a hundred times or more
+            Xt = X.T  # built once: the solver calls matvec many times
 
             def matvec(v: np.ndarray) -> np.ndarray:
                 v2 = np.asarray(v).reshape(d, -1)
@@ -650,8 +698,13 @@ class StreamingHierarchy:
                     out = out - colsum[:, None] * v2
                 return np.asarray(out).reshape(np.shape(v))
 
-            op = spla.LinearOperator((d, d), matvec=matvec, matmat=matvec, dtype=np.float64)
-            return self._basis_from_m2(op, nid)
+            # A starting basis only: T is filled from these same rows for any P, and the
+            # child's first refit rebases if its top eigenspace is elsewhere (design §3).
+            V0 = np.zeros((d, 0)) if start is None else start[:, :m]
+            _, vecs, _ = _block_krylov_top(
+                matvec, _complete_basis(V0, m, d, self._eig_seed(nid, 3)), k=min(2, m),
+                tol=_EIG_TOL, max_iter=_CHILD_BASIS_ITER)
+            return _complete_basis(vecs[:, :m], m, d, self._eig_seed(nid, 1))
         except (spla.ArpackNoConvergence, spla.ArpackError, np.linalg.LinAlgError):
             _, _, vt = np.linalg.svd(X.toarray(), full_matrices=False)
             return _complete_basis(vt[:m].T, m, d, self._eig_seed(nid, 1))
@@ -678,11 +731,11 @@ class StreamingHierarchy:
             vals, vecs = np.linalg.eigh((M + M.T) / 2.0)
             return vals[::-1][:p].copy(), np.ascontiguousarray(vecs[:, ::-1][:, :p])
         V0 = np.zeros((d, 0)) if start is None else start[:, :p]
-        res = _block_krylov_top(matmul, _complete_basis(V0, p, d, self._eig_seed(nid, 3)),
-                                k=min(2, p), tol=_EIG_TOL,
-                                max_iter=_EIG_WARM_ITER if start is not None else _EIG_COLD_ITER)
-        if res is not None:
-            return res
+        vals, vecs, ok = _block_krylov_top(
+            matmul, _complete_basis(V0, p, d, self._eig_seed(nid, 3)), k=min(2, p),
+            tol=_EIG_TOL, max_iter=_EIG_WARM_ITER if start is not None else _EIG_COLD_ITER)
+        if ok:
+            return vals, vecs
         op = spla.LinearOperator((d, d), matvec=matmul, matmat=matmul, dtype=np.float64)
         return top_eigenpairs(op, p, random_state=self._eig_seed(nid))
 
@@ -760,10 +813,12 @@ class StreamingHierarchy:
                 return None
             nid = self._next_id + j
             child = self._new_node(nid, v.node_id, v.depth + 1)
+            child.acc.C = self._pool().zeros()
             Xj = X[rows]
             Xj.sort_indices()
             child.acc.update(Xj, np.full(rows.size, scale))
-            child.acc.set_basis(self._basis_from_rows(Xj, nid), rows=Xj, row_weight=scale)
+            child.acc.set_basis(self._basis_from_rows(Xj, nid, v.acc.basis), rows=Xj,
+                                row_weight=scale)
             child.reservoir = v.reservoir.subset(rows)
             kids.append(child)
         self._next_id += 2
@@ -781,10 +836,22 @@ class StreamingHierarchy:
             self.nodes_[k.node_id] = k
         return v.children
 
+    def _pool(self) -> PackedBufferPool:
+        assert self.n_features_ is not None
+        size = self.n_features_ * (self.n_features_ + 1) // 2
+        pool = getattr(self, "_buffers", None)
+        if pool is None or pool.size != size:
+            pool = self._buffers = PackedBufferPool(size)
+        return pool
+
+    def _delete_nodes(self, node_ids: list[int]) -> None:
+        """Remove nodes; their C buffers go back to the pool."""
+        for nid in node_ids:
+            self._pool().release(self.nodes_.pop(nid).acc.C)
+
     def _drop_subtree_below(self, v: _Node) -> list[int]:
         removed = [nid for c in v.children for nid in self._subtree(c)]
-        for nid in removed:
-            del self.nodes_[nid]
+        self._delete_nodes(removed)
         v.children = []
         v.router = None
         v.discriminators = None
@@ -836,7 +903,7 @@ class StreamingHierarchy:
             for c in v.children:
                 self._plan_internal(c, plans, into)
             return
-        full = v.acc.C.copy()
+        full = self._pool().copy_of(v.acc.C)
         for c in v.children:
             self._plan_internal(c, plans, full)
         if into is not None:
@@ -864,7 +931,8 @@ class StreamingHierarchy:
                 # Back off on a node whose split did not move (design §5: skip nodes whose
                 # sums barely changed); any real change resets the schedule.
                 v.backoff = min(v.backoff + 1, 30) if share <= self.stable_share else 0
-        del full
+        if plans.get(nid, ("",))[0] not in ("prune", "re-split"):
+            self._pool().release(full)
 
     def _apply_plans(
         self, nid: int, plans: dict[int, tuple[Any, ...]], records: list[dict[str, Any]],
@@ -898,8 +966,7 @@ class StreamingHierarchy:
                 v.children, v.router, v.discriminators = old_children, old_router, old_D
                 v.acc.C = old_offset
             else:
-                for n in removed:
-                    del self.nodes_[n]
+                self._delete_nodes(removed)
                 touched.update([nid, *kids])
                 records.append(self._record("re-split", v, removed=removed, rerouted=share))
                 return
@@ -979,7 +1046,6 @@ class StreamingHierarchy:
                 if len(self.lineage_) > self.max_lineage:
                     del self.lineage_[: len(self.lineage_) - self.max_lineage]
             self._rebuild_model()
-        self._scratch_buf = None
         self.n_refits_ += 1
         self._events_since_refit = 0
         self._refit_clock = self._clock

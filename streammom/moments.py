@@ -45,7 +45,9 @@ __all__ = [
     "packed_size",
     "rotate_packed_third",
     "row_sums",
+    "stack_bases",
     "unpack_symmetric",
+    "update_path",
 ]
 
 Family = Literal["bernoulli", "multinomial"]
@@ -161,26 +163,20 @@ def packed_outer(Z: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray
     (m(m+1)/2, n) layout, one contiguous multiply per basis column; the result is a transposed
     view of that buffer.
     """
-    return _packed_outer_t(Z, weights).T
-
-
-def _packed_outer_t(
-    Z: np.ndarray, weights: np.ndarray | None = None, extra_rows: int = 0
-) -> np.ndarray:
-    """:func:`packed_outer` transposed, (m(m+1)/2 + extra_rows, n) C-contiguous.
-
-    The ``extra_rows`` trailing rows are left uninitialised for the caller to fill (the engine
-    appends the weights, so one sparse product yields both T and s).
-    """
     n, m = Z.shape
     Zt = np.ascontiguousarray(Z.T)
-    Zwt = Zt if weights is None else Zt * weights
-    Ft = np.empty((m * (m + 1) // 2 + extra_rows, n))
+    Ft = np.empty((m * (m + 1) // 2, n))
+    _packed_outer_rows(Zt, Zt if weights is None else Zt * weights, Ft)
+    return Ft.T
+
+
+def _packed_outer_rows(Zt: np.ndarray, Zwt: np.ndarray, out: np.ndarray) -> None:
+    """out[(a, b)] = Zwt[a] * Zt[b] for a ≤ b (packed order): rows of z zᵀ, transposed."""
+    m = Zt.shape[0]
     o = 0
     for i in range(m):
-        np.multiply(Zwt[i], Zt[i:], out=Ft[o : o + m - i])
+        np.multiply(Zwt[i], Zt[i:], out=out[o : o + m - i])
         o += m - i
-    return Ft
 
 
 def rotate_packed_third(T: np.ndarray, Q: np.ndarray) -> np.ndarray:
@@ -292,6 +288,89 @@ def add_packed_gram_blocks(
             if r1 > r0:
                 v = val if isinstance(val, float) else val[r0:r1].ravel()
                 np.add.at(C, idx[r0:r1].ravel(), v)
+
+
+def stack_bases(accs: Sequence[MomentAccumulator]) -> np.ndarray:
+    """[P_1 … P_L] of the accumulators that track a basis, (d, Σ m_j) C-contiguous."""
+    bases = [a.basis for a in accs if a.basis is not None and a.T is not None]
+    if not bases:
+        return np.zeros((accs[0].n_features if accs else 0, 0))
+    return np.ascontiguousarray(np.hstack(bases))
+
+
+def update_path(
+    accs: Sequence[MomentAccumulator],
+    X: sp.csr_array,
+    w: np.ndarray,
+    *,
+    lengths: np.ndarray | None = None,
+    stacked: np.ndarray | None = None,
+    third: bool = True,
+) -> None:
+    """Add the same rows to every accumulator of a root → leaf path, C excluded (design §3).
+
+    W, T1–T3 and s are computed once and added to each. The third-order sums of all the
+    accumulators that track a basis come from **one** sparse product: with
+    Z = X [P_1 … P_L] (``stacked``, see :func:`stack_bases`) and
+
+        F = [w·packed(z¹ z¹ᵀ) | … | w·packed(zᴸ zᴸᵀ) | w]      (row i, zʲ = P_jᵀ x_i),
+
+    Xᵀ F holds every increment T_j += Σ w x_r (P_jᵀx)(P_jᵀx)ᵀ in its column blocks and s in
+    its last column (design §3: "XᵀF with F the packed outer products of XP"). Cost
+    O(nnz · Σ m_j²/2) for the path, one ``csr @ dense`` and one ``csc @ dense`` call.
+    X: float64 CSR with sorted indices; w: (n,) weights; ``third=False`` skips T.
+    """
+    n = X.shape[0]
+    if n == 0 or not accs:
+        return
+    total = float(w.sum())
+    sums = (0.0, 0.0, 0.0)
+    if accs[0].family == "multinomial":
+        t = row_sums(X) if lengths is None else lengths
+        t1 = np.maximum(t - 1.0, 0.0)
+        t2 = np.maximum(t - 2.0, 0.0)
+        sums = (float(w @ t), float(w @ (t * t1)), float(w @ (t * t1 * t2)))
+    tracked = [a for a in accs if third and a.basis is not None and a.T is not None]
+    if not tracked:
+        s_inc = np.asarray(X.T @ w)
+        for acc in accs:
+            _add_scalars(acc, total, s_inc, sums)
+        return
+    if stacked is None:
+        stacked = stack_bases(accs)
+    blocks = [a.basis_dim for a in tracked]
+    if stacked.shape[1] != sum(blocks):
+        raise ValueError("stacked bases do not match the accumulators' bases")
+    Zt = np.ascontiguousarray(np.asarray(X @ stacked).T)  # (Σm, n)
+    Zwt = Zt * w
+    sizes = [m * (m + 1) // 2 for m in blocks]
+    Ft = np.empty((sum(sizes) + 1, n))
+    o = c = 0
+    for m, size in zip(blocks, sizes, strict=True):
+        _packed_outer_rows(Zt[c : c + m], Zwt[c : c + m], Ft[o : o + size])
+        o += size
+        c += m
+    Ft[-1] = w
+    R = np.asarray(X.T @ Ft.T)  # (d, Σ sizes + 1)
+    s_inc = R[:, -1]
+    o = 0
+    for acc, size in zip(tracked, sizes, strict=True):
+        assert acc.T is not None
+        acc.T += R[:, o : o + size]
+        o += size
+    for acc in accs:
+        _add_scalars(acc, total, s_inc, sums)
+
+
+def _add_scalars(
+    acc: MomentAccumulator, total: float, s_inc: np.ndarray, sums: tuple[float, float, float]
+) -> None:
+    acc.weight += total
+    acc.s += s_inc
+    if acc.family == "multinomial":
+        acc.t1 += sums[0]
+        acc.t2 += sums[1]
+        acc.t3 += sums[2]
 
 
 def _as_csr(X: Any, d: int) -> sp.csr_array:
@@ -410,37 +489,15 @@ class MomentAccumulator:
         lengths: np.ndarray | None = None,
     ) -> None:
         """:meth:`update` without input validation (float64 CSR, sorted indices, w (n,))."""
-        self.weight += float(w.sum())
-        with_third = third and self.T is not None and self.basis is not None
-        if not with_third:
-            self.s += X.T @ w
-        if self.family == "multinomial":
-            t = row_sums(X) if lengths is None else lengths
-            t1 = np.maximum(t - 1.0, 0.0)
-            t2 = np.maximum(t - 2.0, 0.0)
-            self.t1 += float(w @ t)
-            self.t2 += float(w @ (t * t1))
-            self.t3 += float(w @ (t * t1 * t2))
         if second and self.C is not None:
             add_packed_gram(self.C, X, w)
-        if with_third:
-            # One sparse product gives T and s: the weights ride along as an extra column of F
-            # (each output entry is summed in the same order as by a separate Xᵀw).
-            assert self.T is not None
-            R = self._third_increment(X, w, with_weights=True)
-            self.T += R[:, :-1]
-            self.s += R[:, -1]
+        update_path([self], X, w, lengths=lengths, third=third)
 
-    def _third_increment(
-        self, X: sp.csr_array, w: np.ndarray, *, with_weights: bool = False
-    ) -> np.ndarray:
-        """Xᵀ F, F row i = w_i packed(z_i z_iᵀ), z = Pᵀ x_i (plus a last column Xᵀ w if asked)."""
+    def _third_increment(self, X: sp.csr_array, w: np.ndarray) -> np.ndarray:
+        """Xᵀ F, F row i = w_i packed(z_i z_iᵀ), z = Pᵀ x_i."""
         assert self.basis is not None
         Z = np.asarray(X @ self.basis)
-        Ft = _packed_outer_t(Z, w, extra_rows=1 if with_weights else 0)
-        if with_weights:
-            Ft[-1] = w
-        return np.asarray(X.T @ np.ascontiguousarray(Ft.T))
+        return np.asarray(X.T @ packed_outer(Z, w))
 
     def merge(self, other: MomentAccumulator) -> MomentAccumulator:
         """Add another accumulator's sums (exact; same d, family and basis required)."""

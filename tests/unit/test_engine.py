@@ -170,14 +170,17 @@ def test_warm_eigensolver_and_low_rank_operator() -> None:
     lam = np.concatenate([[10.0, 4.0, 2.0], rng.uniform(0.0, 1.0, d - 3)])
     A = (Q * lam) @ Q.T
     start = np.linalg.qr(Q[:, :8] + 0.05 * rng.standard_normal((d, 8)))[0]
-    res = _block_krylov_top(lambda B: A @ B, start, k=2, tol=1e-10, max_iter=200)
-    assert res is not None
-    vals, vecs = res
+    vals, vecs, converged = _block_krylov_top(lambda B: A @ B, start, k=2, tol=1e-10,
+                                              max_iter=200)
+    assert converged
     np.testing.assert_allclose(vals[:2], lam[:2], rtol=1e-9)
     np.testing.assert_allclose(np.abs(np.sum(vecs[:, :2] * Q[:, :2], axis=0)), 1.0, atol=1e-8)
     op_vals, op_vecs = top_eigenpairs(_low_rank_operator(vals, vecs), 3)
     np.testing.assert_allclose(op_vals, vals[:3], rtol=1e-10)
     np.testing.assert_allclose(np.abs(np.sum(op_vecs * vecs[:, :3], axis=0)), 1.0, atol=1e-8)
+    # Out of iterations: the last iterate comes back, flagged as not converged.
+    *_, converged = _block_krylov_top(lambda B: A @ B, start, k=2, tol=1e-14, max_iter=1)
+    assert not converged
 
 
 # ---------------------------------------------------------------------- snapshots

@@ -15,7 +15,9 @@ from streammom.moments import (
     packed_outer,
     packed_size,
     rotate_packed_third,
+    stack_bases,
     unpack_symmetric,
+    update_path,
 )
 from streammom.split import compute_split, moments_from_data
 
@@ -285,3 +287,41 @@ def test_validation_errors() -> None:
     internal = MomentAccumulator(3, second_order=False)
     with pytest.raises(ValueError, match="keeps no C"):
         internal.second_matrix()
+
+
+@pytest.mark.parametrize("family", ["bernoulli", "multinomial"])
+def test_update_path_equals_one_update_per_accumulator(family: str) -> None:
+    """The engine's fused path update (one Xᵀ F for every basis on a root → leaf path) adds
+    exactly what separate updates of each node would, for nodes with and without a basis."""
+    d, n = 30, 200
+    X = _random_binary(n, d, 0.2, 5) if family == "bernoulli" else _random_counts(n, d, 5)
+    w = np.random.default_rng(6).uniform(0.5, 2.0, n)
+    bases = [_orthonormal(d, 4, 1), None, _orthonormal(d, 6, 2), _orthonormal(d, 3, 3)]
+
+    def fresh() -> list[MomentAccumulator]:
+        return [MomentAccumulator(d, family=family, basis=P, second_order=False)
+                for P in bases]
+
+    fused, separate = fresh(), fresh()
+    update_path(fused, X[:120], w[:120], stacked=stack_bases(fused))
+    update_path(fused, X[120:], w[120:])  # stacked bases built on the fly
+    for acc in separate:
+        acc.update(X[:120], w[:120], second=False)
+        acc.update(X[120:], w[120:], second=False)
+    assert stack_bases(fused).shape == (d, 4 + 6 + 3)
+    for a, b in zip(fused, separate, strict=True):
+        assert a.weight == pytest.approx(b.weight, rel=1e-12)
+        assert (a.t1, a.t2, a.t3) == pytest.approx((b.t1, b.t2, b.t3), rel=1e-12)
+        np.testing.assert_allclose(a.s, b.s, rtol=1e-12, atol=1e-12)
+        if b.T is None:
+            assert a.T is None
+        else:
+            np.testing.assert_allclose(a.T, b.T, rtol=1e-12, atol=1e-12)
+    # And both equal the definition T_r = Σ w x_r (Pᵀx)(Pᵀx)ᵀ.
+    Xd = X.toarray()
+    Z = Xd @ bases[2]
+    expect = np.einsum("n,nr,na,nb->rab", w, Xd, Z, Z)
+    a, b = np.triu_indices(6)
+    np.testing.assert_allclose(fused[2].T, expect[:, a, b], rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="stacked bases"):
+        update_path(fused, X, w, stacked=stack_bases(fused)[:, :5])
