@@ -599,7 +599,7 @@ class StreamingHierarchy:
             rng = np.random.default_rng([self.random_state, nid, batch])
             v.reservoir.offer(_row_slice(Xs, a, b), wv, v.acc.weight, rng)
         leaves: list[tuple[np.ndarray, int, int]] = []
-        for leaf, r in zip(self._leaf_order, range(self._n_leaves), strict=True):
+        for r, leaf in enumerate(self._leaf_order):
             a, b = int(bounds[r]), int(bounds[r + 1])
             if a == b:
                 continue
@@ -615,7 +615,7 @@ class StreamingHierarchy:
     def _path_accumulators(self, leaf: int) -> tuple[list[MomentAccumulator], np.ndarray]:
         """The accumulators root → ``leaf`` and their stacked bases (cached per basis set)."""
         accs = [self.nodes_[nid].acc for nid in self._leaf_paths[leaf]]
-        bases = tuple(a.basis for a in accs if a.basis is not None and a.T is not None)
+        bases = tuple(a.basis for a in accs if a.tracks_third)
         hit = self._stacked_cache.get(leaf)
         if hit is None or len(hit[0]) != len(bases) or any(
             x is not y for x, y in zip(hit[0], bases, strict=True)
@@ -670,8 +670,8 @@ class StreamingHierarchy:
     ) -> np.ndarray:
         """Top-m eigenvectors of the M2 estimated from reservoir rows (cheap sparse operator).
 
-        ``start`` (the parent's basis for a new child) warm-starts the block Krylov solve of
-        :meth:`_top_eigenpairs`; each product costs O(nnz(X)·m).
+        ``start`` (the parent's basis for a new child) warm-starts a few block Krylov steps
+        (:meth:`_warm_krylov`, at most ``_CHILD_BASIS_ITER``); each product costs O(nnz(X)·m).
         """
         assert self.n_features_ is not None
         d = self.n_features_
@@ -700,10 +700,7 @@ class StreamingHierarchy:
 
             # A starting basis only: T is filled from these same rows for any P, and the
             # child's first refit rebases if its top eigenspace is elsewhere (design §3).
-            V0 = np.zeros((d, 0)) if start is None else start[:, :m]
-            _, vecs, _ = _block_krylov_top(
-                matvec, _complete_basis(V0, m, d, self._eig_seed(nid, 3)), k=min(2, m),
-                tol=_EIG_TOL, max_iter=_CHILD_BASIS_ITER)
+            _, vecs, _ = self._warm_krylov(matvec, d, m, start, nid, _CHILD_BASIS_ITER)
             return _complete_basis(vecs[:, :m], m, d, self._eig_seed(nid, 1))
         except (spla.ArpackNoConvergence, spla.ArpackError, np.linalg.LinAlgError):
             _, _, vt = np.linalg.svd(X.toarray(), full_matrices=False)
@@ -716,6 +713,15 @@ class StreamingHierarchy:
             buf = np.zeros((d, d), dtype=np.float32)
             self._scratch_buf = buf
         return buf
+
+    def _warm_krylov(
+        self, matmul: Any, d: int, p: int, start: np.ndarray | None, nid: int, max_iter: int
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """:func:`_block_krylov_top` for the top 2 of p from ``start`` (padded to p columns with
+        a seeded complement; a seeded random block when None)."""
+        V0 = np.zeros((d, 0)) if start is None else start[:, :p]
+        return _block_krylov_top(matmul, _complete_basis(V0, p, d, self._eig_seed(nid, 3)),
+                                 k=min(2, p), tol=_EIG_TOL, max_iter=max_iter)
 
     def _top_eigenpairs(
         self, matmul: Any, d: int, p: int, start: np.ndarray | None, nid: int
@@ -730,10 +736,8 @@ class StreamingHierarchy:
             M = matmul(np.eye(d))
             vals, vecs = np.linalg.eigh((M + M.T) / 2.0)
             return vals[::-1][:p].copy(), np.ascontiguousarray(vecs[:, ::-1][:, :p])
-        V0 = np.zeros((d, 0)) if start is None else start[:, :p]
-        vals, vecs, ok = _block_krylov_top(
-            matmul, _complete_basis(V0, p, d, self._eig_seed(nid, 3)), k=min(2, p),
-            tol=_EIG_TOL, max_iter=_EIG_WARM_ITER if start is not None else _EIG_COLD_ITER)
+        vals, vecs, ok = self._warm_krylov(
+            matmul, d, p, start, nid, _EIG_WARM_ITER if start is not None else _EIG_COLD_ITER)
         if ok:
             return vals, vecs
         op = spla.LinearOperator((d, d), matvec=matmul, matmat=matmul, dtype=np.float64)

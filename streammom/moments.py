@@ -292,7 +292,7 @@ def add_packed_gram_blocks(
 
 def stack_bases(accs: Sequence[MomentAccumulator]) -> np.ndarray:
     """[P_1 … P_L] of the accumulators that track a basis, (d, Σ m_j) C-contiguous."""
-    bases = [a.basis for a in accs if a.basis is not None and a.T is not None]
+    bases = [a.basis for a in accs if a.tracks_third]
     if not bases:
         return np.zeros((accs[0].n_features if accs else 0, 0))
     return np.ascontiguousarray(np.hstack(bases))
@@ -330,7 +330,7 @@ def update_path(
         t1 = np.maximum(t - 1.0, 0.0)
         t2 = np.maximum(t - 2.0, 0.0)
         sums = (float(w @ t), float(w @ (t * t1)), float(w @ (t * t1 * t2)))
-    tracked = [a for a in accs if third and a.basis is not None and a.T is not None]
+    tracked = [a for a in accs if third and a.tracks_third]
     if not tracked:
         s_inc = np.asarray(X.T @ w)
         for acc in accs:
@@ -440,6 +440,11 @@ class MomentAccumulator:
     @property
     def basis_dim(self) -> int:
         return 0 if self.basis is None else int(self.basis.shape[1])
+
+    @property
+    def tracks_third(self) -> bool:
+        """True when the node keeps T (it has a tracked basis P and its sums)."""
+        return self.basis is not None and self.T is not None
 
     @property
     def packed_basis_size(self) -> int:
@@ -631,7 +636,7 @@ class MomentAccumulator:
         products with C: ``c_times(B)`` if given, else the dense C (``second``, or unpacked).
         Exact when the rows of E† lie in span(P).
         """
-        if self.basis is None or self.T is None:
+        if not self.tracks_third:
             raise ValueError("no tracked basis: third-order slices are not available")
         E = np.asarray(Epinv, dtype=np.float64)
         B = E @ self.basis  # (k, m)
