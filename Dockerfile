@@ -23,6 +23,9 @@ RUN pip install . \
     && streammom --help >/dev/null
 
 # ---- runtime: same slim base, venv only ----------------------------------------------------
+# The hot-path kernels (streammom/_kernels.py) are compiled by numba for the host CPU on first
+# use (a few seconds at start-up) and cached under NUMBA_CACHE_DIR: /tmp stays writable with a
+# read-only root filesystem (an emptyDir in deploy/k8s).
 FROM ${PYTHON_IMAGE} AS runtime
 
 LABEL org.opencontainers.image.title="streammom" \
@@ -36,7 +39,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     STREAMMOM_CONFIG=/etc/streammom/streammom.toml \
     STREAMMOM_CHECKPOINT__DIR=/var/lib/streammom \
     STREAMMOM_HTTP__HOST=0.0.0.0 \
-    STREAMMOM_HTTP__PORT=9108
+    STREAMMOM_HTTP__PORT=9108 \
+    NUMBA_CACHE_DIR=/tmp/numba-cache
 
 RUN groupadd --system --gid 10001 streammom \
     && useradd --system --uid 10001 --gid 10001 --no-create-home \

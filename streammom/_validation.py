@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["as_csr", "as_weights", "check_random_state_int"]
+__all__ = ["as_csr", "as_weights", "check_csr_structure", "check_random_state_int"]
 
 
 def as_csr(X: Any, n_features: int | None = None, *, name: str = "X") -> sp.csr_array:
@@ -33,9 +33,27 @@ def as_csr(X: Any, n_features: int | None = None, *, name: str = "X") -> sp.csr_
         raise ValueError(f"{name} contains NaN or infinite values")
     if data.size and data.min() < 0:
         raise ValueError(f"{name} contains negative values; counts or indicators expected")
+    check_csr_structure(out, name=name)
     out.sum_duplicates()
     out.sort_indices()
     return out
+
+
+def check_csr_structure(X: sp.csr_array, *, name: str = "X") -> None:
+    """Reject a CSR array whose row pointers or column indices are out of range.
+
+    scipy builds ``csr_array((data, indices, indptr))`` without checking that the indices lie
+    in [0, n_features); the compiled kernels (:mod:`streammom._kernels`) do not bounds-check,
+    so every array that reaches them passes here first. O(nnz).
+    """
+    indptr, indices = X.indptr, X.indices
+    n, d = X.shape
+    if indptr.shape != (n + 1,) or int(indptr[0]) != 0 or int(indptr[-1]) != indices.size:
+        raise ValueError(f"{name} has an inconsistent CSR row pointer")
+    if n and bool((np.diff(indptr) < 0).any()):
+        raise ValueError(f"{name} has a decreasing CSR row pointer")
+    if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= d):
+        raise ValueError(f"{name} has column indices outside [0, {d})")
 
 
 def as_weights(weights: Any, n: int) -> np.ndarray:

@@ -6,12 +6,14 @@ routing model as an immutable :class:`~streammom.model.HierarchyModel` (``model_
 
 Hot path (``learn``), per batch, with no per-event Python loop:
 
-1. route the batch root → leaf with ``model_`` (one sparse-dense product + a walk per level);
+1. route the batch root → leaf with ``model_`` (one compiled walk, only the routers on each
+   row's path are scored);
 2. sort rows by the DFS rank of their leaf, so every node's rows are one contiguous slice;
-3. per node on the paths: reservoir offers; per leaf block: W, s (and T1–T3) and T of every
-   node on its root → leaf path, each T in its node's own basis, from one pair of sparse
-   products over the stacked bases (:func:`~streammom.moments.update_path`); C only at
-   leaves — an internal node's C is its frozen offset plus its children's C (design §3);
+3. per node with rows in the batch: reservoir offers, then W, s (and T1–T3) and T in the
+   node's own basis from one compiled pass over its slice
+   (:meth:`~streammom.moments.MomentAccumulator.add_rows`, the node's T stays in cache); C
+   only at leaves — an internal node's C is its frozen offset plus its children's C
+   (design §3);
 4. run the refit policy (every ``refit_every`` events and/or ``refit_every_seconds`` of event
    time, never wall-clock, so runs are reproducible).
 
@@ -61,10 +63,7 @@ from streammom.model import HierarchyModel, Router, Routing, TreeNode
 from streammom.moments import (
     MomentAccumulator,
     SymmetricMatrix,
-    add_packed_gram_blocks,
     row_sums,
-    stack_bases,
-    update_path,
 )
 from streammom.reservoir import Reservoir
 from streammom.serialization import (
@@ -454,9 +453,6 @@ class StreamingHierarchy:
         rank[leaves] = np.arange(len(leaves))
         self._leaf_rank = rank
         self._n_leaves = len(leaves)
-        self._leaf_order = leaves
-        self._leaf_paths = {leaf: self._path_to(leaf) for leaf in leaves}
-        self._stacked_cache: dict[int, tuple[tuple[np.ndarray, ...], np.ndarray]] = {}
         span: dict[int, tuple[int, int]] = {}
         for nid in reversed(order):
             v = self.nodes_[nid]
@@ -575,10 +571,9 @@ class StreamingHierarchy:
     def _accumulate(self, X: sp.csr_array, w: np.ndarray, leaf_ids: np.ndarray) -> None:
         """Add a routed chunk to every node on its paths (design §3, §5).
 
-        Rows are sorted by leaf (DFS rank), so every node's rows are one contiguous slice and
-        every leaf's rows one block. Per node: reservoir offers (with the weight before the
-        chunk). Per leaf block: W, s, T1–T3 and T of every node on the root → leaf path from one
-        pair of sparse products (:func:`~streammom.moments.update_path`). C only at leaves.
+        Rows are sorted by leaf (DFS rank), so every node's rows are one contiguous slice. Per
+        node: reservoir offers (with the weight before the chunk), then W, s, T1–T3 and T from
+        one compiled pass over the slice; C only at leaves.
         """
         rank = self._leaf_rank[leaf_ids]
         perm = np.argsort(rank, kind="stable")
@@ -598,31 +593,7 @@ class StreamingHierarchy:
             v.fresh += float(wv.sum())
             rng = np.random.default_rng([self.random_state, nid, batch])
             v.reservoir.offer(_row_slice(Xs, a, b), wv, v.acc.weight, rng)
-        leaves: list[tuple[np.ndarray, int, int]] = []
-        for r, leaf in enumerate(self._leaf_order):
-            a, b = int(bounds[r]), int(bounds[r + 1])
-            if a == b:
-                continue
-            accs, stacked = self._path_accumulators(leaf)
-            update_path(accs, _row_slice(Xs, a, b), ws[a:b], stacked=stacked,
-                        lengths=None if lengths is None else lengths[a:b])
-            C = self.nodes_[leaf].acc.C
-            if C is not None:
-                leaves.append((C, a, b))
-        # C only at leaves (design §3); the pair indices are built once for all leaves.
-        add_packed_gram_blocks([C for C, _, _ in leaves], Xs, ws, [(a, b) for _, a, b in leaves])
-
-    def _path_accumulators(self, leaf: int) -> tuple[list[MomentAccumulator], np.ndarray]:
-        """The accumulators root → ``leaf`` and their stacked bases (cached per basis set)."""
-        accs = [self.nodes_[nid].acc for nid in self._leaf_paths[leaf]]
-        bases = tuple(a.basis for a in accs if a.tracks_third)
-        hit = self._stacked_cache.get(leaf)
-        if hit is None or len(hit[0]) != len(bases) or any(
-            x is not y for x, y in zip(hit[0], bases, strict=True)
-        ):
-            hit = (bases, stack_bases(accs))
-            self._stacked_cache[leaf] = hit
-        return accs, hit[1]
+            v.acc.add_rows(Xs, ws, a, b, second=v.is_leaf, lengths=lengths)
 
     # ------------------------------------------------------------------ refit
     def _weight_true(self, v: _Node) -> float:

@@ -2,8 +2,8 @@
 
 A :class:`HierarchyModel` is what both the batch :class:`~streammom.HierarchicalMoM` and the
 streaming :class:`~streammom.StreamingHierarchy` publish: a binary tree whose internal nodes
-carry a linear :class:`Router`. Routing is vectorised: one sparse-dense product for all routers,
-then one integer walk per tree level (no per-event Python loop).
+carry a linear :class:`Router`. Routing is one compiled pass: each row is scored only by the
+routers on its own path (no per-event Python loop).
 
 Routers (design §4):
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-import scipy.sparse as sp
 
+from streammom import _kernels
 from streammom._validation import as_csr
 from streammom.relevance import FeatureScore, top_features
 from streammom.serialization import (
@@ -38,7 +38,6 @@ from streammom.serialization import (
 __all__ = ["HierarchyModel", "Router", "Routing", "TreeNode", "map_router"]
 
 MODEL_SCHEMA_VERSION = 1
-_ROUTE_CHUNK = 65536
 _MU_FLOOR = 1e-6
 
 
@@ -251,10 +250,14 @@ class HierarchyModel:
 
     # ------------------------------------------------------------------ routing
     def route(self, X: Any, *, check_input: bool = True) -> Routing:
-        """Route every row of ``X`` root → leaf. Cost O(nnz(X) · #internal nodes).
+        """Route every row of ``X`` root → leaf. Cost O(nnz(X) · depth).
 
+        Each row is scored only by the routers on its own path (compiled walk,
+        :func:`streammom._kernels.route_rows`): at router r it goes to child 1 when
+        s₁ > s₀ (s_j = ⟨w_j, x⟩ + b_j, or |s_j| for D-SIDIWO), with margin |s₀ − s₁|.
         ``check_input=False`` skips validation when ``X`` is already a float64 CSR array with
-        sorted, duplicate-free indices and ``n_features`` columns (the engine's own batches).
+        sorted, duplicate-free, in-range indices and ``n_features`` columns (the engine's own
+        batches).
         """
         if check_input:
             X = as_csr(X, self.n_features)
@@ -264,47 +267,11 @@ class HierarchyModel:
         paths = np.full((n, depth + 1), -1, dtype=np.int64)
         margins = np.full((n, depth), np.nan)
         paths[:, 0] = self.root_id
-        if self._router_w.shape[0]:
-            for start in range(0, n, _ROUTE_CHUNK):
-                stop = min(start + _ROUTE_CHUNK, n)
-                Xc = X[start:stop] if (start or stop < n) else X
-                self._route_chunk(Xc, leaf[start:stop], paths[start:stop],
-                                  margins[start:stop])
+        if self._router_w.shape[0] and n:
+            _kernels.route_rows(X.indptr, X.indices, X.data, self._router_w, self._router_b,
+                                self._router_abs, self._children, self._int_of_node,
+                                self.root_id, leaf, paths, margins)
         return Routing(leaf_ids=leaf, paths=paths, margins=margins, model_version=self.version)
-
-    def _route_chunk(
-        self, X: sp.csr_array, leaf: np.ndarray, paths: np.ndarray, margins: np.ndarray
-    ) -> None:
-        """Walk one chunk down the tree.
-
-        All routers are scored by one sparse-dense product; each router's decision
-        (s₁ > s₀, i.e. s₁ − s₀ > 0) and margin |s₀ − s₁| are computed for every row at once,
-        then each level gathers them at the rows' current nodes (flat integer indexing).
-        """
-        n = X.shape[0]
-        k = self._router_w.shape[0] // 2
-        scores = np.asarray(X @ self._router_w.T)
-        scores += self._router_b
-        if self._router_abs.any():
-            np.abs(scores, out=scores, where=np.repeat(self._router_abs, 2))
-        diff = (scores[:, 1::2] - scores[:, 0::2]).ravel()
-        go_right = (diff > 0).view(np.int8)
-        margin = np.abs(diff)
-        children = self._children.ravel()
-        base = np.arange(n, dtype=np.int64) * k
-        for level in range(self.max_depth):
-            idx = self._int_of_node[leaf]
-            active = np.flatnonzero(idx >= 0)
-            if active.size == 0:
-                break
-            # Every row still internal (a full level): plain slices instead of gathers.
-            r: slice | np.ndarray = slice(None) if active.size == n else active
-            i = idx[r]
-            flat = base[r] + i
-            child = children[2 * i + go_right[flat]]
-            leaf[r] = child
-            paths[r, level + 1] = child
-            margins[r, level] = margin[flat]
 
     def predict(self, X: Any) -> np.ndarray:
         """Leaf id of every row."""

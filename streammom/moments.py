@@ -24,30 +24,28 @@ sits at i(2d − i − 1)/2 + j.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import lru_cache
-from itertools import pairwise
 from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg.blas import dsymm, ssymm
 
+from streammom import _kernels
+from streammom._validation import check_csr_structure
 from streammom.split import NodeMoments, single_topic_third_corrections
 
 __all__ = [
     "MomentAccumulator",
     "SymmetricMatrix",
     "add_packed_gram",
-    "add_packed_gram_blocks",
     "pack_symmetric",
     "packed_outer",
     "packed_size",
     "rotate_packed_third",
     "row_sums",
-    "stack_bases",
     "unpack_symmetric",
-    "update_path",
 ]
 
 Family = Literal["bernoulli", "multinomial"]
@@ -63,13 +61,6 @@ def packed_size(d: int) -> int:
 def _row_offsets(d: int) -> np.ndarray:
     i = np.arange(d, dtype=np.int64)
     out = (i * (2 * d - i - 1)) // 2
-    out.setflags(write=False)
-    return out
-
-
-@lru_cache(maxsize=8)
-def _row_offsets32(d: int) -> np.ndarray:
-    out = _row_offsets(d).astype(np.int32)
     out.setflags(write=False)
     return out
 
@@ -198,179 +189,15 @@ def row_sums(X: sp.csr_array) -> np.ndarray:
     return np.bincount(rows, weights=X.data, minlength=n).astype(np.float64, copy=False)
 
 
-def _row_groups(k: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """Rows grouped by their number of non-zeros k > 0, ascending k (rows ascending within)."""
-    order = np.argsort(k, kind="stable")
-    ks = k[order]
-    cuts = np.flatnonzero(np.diff(ks)) + 1
-    bounds = [0, *cuts.tolist(), int(ks.size)]
-    return [(int(ks[a]), order[a:b]) for a, b in pairwise(bounds)
-            if b > a and ks[a] > 0]
-
-
-def _gram_blocks(
-    X: sp.csr_array, w: np.ndarray, k: np.ndarray
-) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | float]]:
-    """(rows, packed index, value) of every pair (a ≤ b) of non-zeros inside each row.
-
-    Rows are grouped by their number of non-zeros k (rows with k = 0 are skipped; pass a k with
-    zeros to leave rows out), so each group is a dense (n_k, k) block and its pairs come from
-    fixed triangle indices: no per-row Python loop. Index and value blocks are (n_k, k(k+1)/2).
-    Indices are int32 when the packed size allows (half the memory traffic); for binary rows
-    with one common weight the value is that scalar (no per-pair value array).
-    """
-    d = X.shape[1]
-    indptr = X.indptr
-    small = packed_size(d) < np.iinfo(np.int32).max
-    offs = _row_offsets32(d) if small else _row_offsets(d)
-    ind = X.indices.astype(offs.dtype, copy=False)
-    binary = bool(X.nnz) and bool(np.all(X.data == 1.0))
-    uniform = binary and w.size > 0 and bool(np.all(w == w[0]))
-    out: list[tuple[np.ndarray, np.ndarray, np.ndarray | float]] = []
-    for kk, group in _row_groups(k):
-        a, b = _triu(kk)
-        pos = indptr[group][:, None] + np.arange(kk)
-        cols = ind[pos]
-        idx = offs[cols][:, a]
-        idx += cols[:, b]
-        val: np.ndarray | float
-        if uniform:
-            val = float(w[0])
-        elif binary:
-            val = np.broadcast_to(w[group][:, None], idx.shape)
-        else:
-            vals = X.data[pos]
-            val = (w[group][:, None] * vals[:, a]) * vals[:, b]
-        out.append((group, idx, val))
-    return out
-
-
-def _gram_pairs(X: sp.csr_array, w: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """(packed index, value) of every pair (a ≤ b) of non-zeros inside each row, weighted."""
-    blocks = _gram_blocks(X, w, np.diff(X.indptr))
-    if not blocks:
-        return np.zeros(0, dtype=np.int64), np.zeros(0)
-    idx = np.concatenate([i.ravel() for _, i, _ in blocks]).astype(np.int64, copy=False)
-    val = np.concatenate([np.broadcast_to(np.asarray(v, dtype=np.float64), i.shape).ravel()
-                          for _, i, v in blocks])
-    return idx, val
-
-
 def add_packed_gram(C: np.ndarray, X: sp.csr_array, w: np.ndarray) -> None:
     """C += packed upper triangle of Xᵀ diag(w) X, in place (X CSR with sorted indices).
 
-    Cost O(Σ_i nnz_i²) (design §3: "sparse updates cost nnz_i²"); never a dense d×d temporary.
+    Each row adds w_i x_ip x_iq at every pair p ≤ q of its non-zeros
+    (:func:`streammom._kernels.add_packed_gram`). Cost O(Σ_i nnz_i²/2) (design §3: "sparse
+    updates cost nnz_i²"); never a dense d×d temporary.
     """
-    add_packed_gram_blocks([C], X, w, [(0, X.shape[0])])
-
-
-def add_packed_gram_blocks(
-    Cs: Sequence[np.ndarray], X: sp.csr_array, w: np.ndarray, bounds: Sequence[tuple[int, int]]
-) -> None:
-    """C_j += packed Xⱼᵀ diag(wⱼ) Xⱼ for the row ranges Xⱼ = X[a_j:b_j] (ascending, disjoint).
-
-    The pair indices are generated once per row-length group for all blocks together; then one
-    unbuffered ``np.add.at`` per (group, block) adds them in the same order as one call over
-    that block's pairs would (so results do not depend on the grouping or the blocks).
-    """
-    n = X.shape[0]
-    k = np.zeros(n, dtype=np.int64)
-    owner = np.full(n, len(Cs), dtype=np.int64)
-    rowlen = np.diff(X.indptr)
-    for j, (a, b) in enumerate(bounds):
-        k[a:b] = rowlen[a:b]
-        owner[a:b] = j
-    targets = np.arange(len(Cs) + 1)
-    for group, idx, val in _gram_blocks(X, w, k):
-        cuts = np.searchsorted(owner[group], targets).tolist()
-        for j, C in enumerate(Cs):
-            r0, r1 = cuts[j], cuts[j + 1]
-            if r1 > r0:
-                v = val if isinstance(val, float) else val[r0:r1].ravel()
-                np.add.at(C, idx[r0:r1].ravel(), v)
-
-
-def stack_bases(accs: Sequence[MomentAccumulator]) -> np.ndarray:
-    """[P_1 … P_L] of the accumulators that track a basis, (d, Σ m_j) C-contiguous."""
-    bases = [a.basis for a in accs if a.tracks_third]
-    if not bases:
-        return np.zeros((accs[0].n_features if accs else 0, 0))
-    return np.ascontiguousarray(np.hstack(bases))
-
-
-def update_path(
-    accs: Sequence[MomentAccumulator],
-    X: sp.csr_array,
-    w: np.ndarray,
-    *,
-    lengths: np.ndarray | None = None,
-    stacked: np.ndarray | None = None,
-    third: bool = True,
-) -> None:
-    """Add the same rows to every accumulator of a root → leaf path, C excluded (design §3).
-
-    W, T1–T3 and s are computed once and added to each. The third-order sums of all the
-    accumulators that track a basis come from **one** sparse product: with
-    Z = X [P_1 … P_L] (``stacked``, see :func:`stack_bases`) and
-
-        F = [w·packed(z¹ z¹ᵀ) | … | w·packed(zᴸ zᴸᵀ) | w]      (row i, zʲ = P_jᵀ x_i),
-
-    Xᵀ F holds every increment T_j += Σ w x_r (P_jᵀx)(P_jᵀx)ᵀ in its column blocks and s in
-    its last column (design §3: "XᵀF with F the packed outer products of XP"). Cost
-    O(nnz · Σ m_j²/2) for the path, one ``csr @ dense`` and one ``csc @ dense`` call.
-    X: float64 CSR with sorted indices; w: (n,) weights; ``third=False`` skips T.
-    """
-    n = X.shape[0]
-    if n == 0 or not accs:
-        return
-    total = float(w.sum())
-    sums = (0.0, 0.0, 0.0)
-    if accs[0].family == "multinomial":
-        t = row_sums(X) if lengths is None else lengths
-        t1 = np.maximum(t - 1.0, 0.0)
-        t2 = np.maximum(t - 2.0, 0.0)
-        sums = (float(w @ t), float(w @ (t * t1)), float(w @ (t * t1 * t2)))
-    tracked = [a for a in accs if third and a.tracks_third]
-    if not tracked:
-        s_inc = np.asarray(X.T @ w)
-        for acc in accs:
-            _add_scalars(acc, total, s_inc, sums)
-        return
-    if stacked is None:
-        stacked = stack_bases(accs)
-    blocks = [a.basis_dim for a in tracked]
-    if stacked.shape[1] != sum(blocks):
-        raise ValueError("stacked bases do not match the accumulators' bases")
-    Zt = np.ascontiguousarray(np.asarray(X @ stacked).T)  # (Σm, n)
-    Zwt = Zt * w
-    sizes = [m * (m + 1) // 2 for m in blocks]
-    Ft = np.empty((sum(sizes) + 1, n))
-    o = c = 0
-    for m, size in zip(blocks, sizes, strict=True):
-        _packed_outer_rows(Zt[c : c + m], Zwt[c : c + m], Ft[o : o + size])
-        o += size
-        c += m
-    Ft[-1] = w
-    R = np.asarray(X.T @ Ft.T)  # (d, Σ sizes + 1)
-    s_inc = R[:, -1]
-    o = 0
-    for acc, size in zip(tracked, sizes, strict=True):
-        assert acc.T is not None
-        acc.T += R[:, o : o + size]
-        o += size
-    for acc in accs:
-        _add_scalars(acc, total, s_inc, sums)
-
-
-def _add_scalars(
-    acc: MomentAccumulator, total: float, s_inc: np.ndarray, sums: tuple[float, float, float]
-) -> None:
-    acc.weight += total
-    acc.s += s_inc
-    if acc.family == "multinomial":
-        acc.t1 += sums[0]
-        acc.t2 += sums[1]
-        acc.t3 += sums[2]
+    _kernels.add_packed_gram(C, _row_offsets(X.shape[1]), X.indptr, X.indices, X.data, w, 0,
+                             X.shape[0])
 
 
 def _as_csr(X: Any, d: int) -> sp.csr_array:
@@ -379,6 +206,7 @@ def _as_csr(X: Any, d: int) -> sp.csr_array:
     X = sp.csr_array(X)
     if X.shape[1] != d:
         raise ValueError(f"X has {X.shape[1]} features, expected {d}")
+    check_csr_structure(X)
     if X.dtype != np.float64:
         X = X.astype(np.float64)
     if not X.has_sorted_indices:
@@ -494,9 +322,47 @@ class MomentAccumulator:
         lengths: np.ndarray | None = None,
     ) -> None:
         """:meth:`update` without input validation (float64 CSR, sorted indices, w (n,))."""
+        self.add_rows(X, w, 0, X.shape[0], second=second, third=third, lengths=lengths)
+
+    def add_rows(
+        self,
+        X: sp.csr_array,
+        w: np.ndarray,
+        start: int,
+        stop: int,
+        *,
+        second: bool = True,
+        third: bool = True,
+        lengths: np.ndarray | None = None,
+    ) -> None:
+        """Add rows start:stop of X with weights w[start:stop] (the engine's hot path).
+
+        No validation: X is float64 CSR with sorted, in-range, duplicate-free indices
+        (:func:`streammom._validation.as_csr`), w and ``lengths`` (row totals, optional) cover
+        all of X. One compiled pass over the rows updates s and, with a basis, T
+        (:func:`streammom._kernels.add_row_sums`); a second one C
+        (:func:`streammom._kernels.add_packed_gram`). Cost O(nnz · m²/2 + Σ_i nnz_i²/2).
+        """
+        if stop <= start:
+            return
+        ws = w[start:stop]
+        self.weight += float(ws.sum())
+        if self.family == "multinomial":
+            t = row_sums(X[start:stop]) if lengths is None else lengths[start:stop]
+            t1 = np.maximum(t - 1.0, 0.0)
+            t2 = np.maximum(t - 2.0, 0.0)
+            self.t1 += float(ws @ t)
+            self.t2 += float(ws @ (t * t1))
+            self.t3 += float(ws @ (t * t1 * t2))
+        d = self.n_features
+        if third and self.basis is not None and self.T is not None:
+            P, T = self.basis, self.T
+        else:
+            P = T = np.zeros((d, 0))
+        _kernels.add_row_sums(X.indptr, X.indices, X.data, w, start, stop, P, T, self.s)
         if second and self.C is not None:
-            add_packed_gram(self.C, X, w)
-        update_path([self], X, w, lengths=lengths, third=third)
+            _kernels.add_packed_gram(self.C, _row_offsets(d), X.indptr, X.indices, X.data, w,
+                                     start, stop)
 
     def _third_increment(self, X: sp.csr_array, w: np.ndarray) -> np.ndarray:
         """Xᵀ F, F row i = w_i packed(z_i z_iᵀ), z = Pᵀ x_i."""

@@ -154,6 +154,15 @@ def test_input_validation() -> None:
         eng2.learn(np.ones((2, 4)), weights=[1.0, -1.0])
     with pytest.raises(ValueError, match="timestamps"):
         eng2.learn(np.ones((2, 4)), timestamps=[1.0])
+    # A CSR whose indices exceed its shape (scipy builds it unchecked) never reaches the
+    # compiled kernels: learn and assign reject it and nothing is added.
+    bad = sp.csr_array((np.ones(2), np.array([1, 9]), np.array([0, 1, 2])), shape=(2, 4))
+    seen = eng2.n_events_seen_
+    with pytest.raises(ValueError, match="column indices"):
+        eng2.learn(bad)
+    with pytest.raises(ValueError, match="column indices"):
+        eng2.assign(bad)
+    assert eng2.n_events_seen_ == seen
     with pytest.raises(SnapshotFormatError):
         StreamingHierarchy.restore(b"not a zip")
 

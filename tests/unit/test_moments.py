@@ -15,9 +15,7 @@ from streammom.moments import (
     packed_outer,
     packed_size,
     rotate_packed_third,
-    stack_bases,
     unpack_symmetric,
-    update_path,
 )
 from streammom.split import compute_split, moments_from_data
 
@@ -290,38 +288,50 @@ def test_validation_errors() -> None:
 
 
 @pytest.mark.parametrize("family", ["bernoulli", "multinomial"])
-def test_update_path_equals_one_update_per_accumulator(family: str) -> None:
-    """The engine's fused path update (one Xᵀ F for every basis on a root → leaf path) adds
-    exactly what separate updates of each node would, for nodes with and without a basis."""
+def test_add_rows_over_ranges_equals_definitions(family: str) -> None:
+    """The engine's hot path adds row ranges start:stop of one sorted batch to each node: the
+    sums over consecutive ranges equal the definitions W = Σ w, s = Σ w x, C = Σ w x xᵀ,
+    T_r = Σ w x_r (Pᵀx)(Pᵀx)ᵀ, T1–T3, and a node without a basis or C keeps none."""
     d, n = 30, 200
     X = _random_binary(n, d, 0.2, 5) if family == "bernoulli" else _random_counts(n, d, 5)
     w = np.random.default_rng(6).uniform(0.5, 2.0, n)
-    bases = [_orthonormal(d, 4, 1), None, _orthonormal(d, 6, 2), _orthonormal(d, 3, 3)]
-
-    def fresh() -> list[MomentAccumulator]:
-        return [MomentAccumulator(d, family=family, basis=P, second_order=False)
-                for P in bases]
-
-    fused, separate = fresh(), fresh()
-    update_path(fused, X[:120], w[:120], stacked=stack_bases(fused))
-    update_path(fused, X[120:], w[120:])  # stacked bases built on the fly
-    for acc in separate:
-        acc.update(X[:120], w[:120], second=False)
-        acc.update(X[120:], w[120:], second=False)
-    assert stack_bases(fused).shape == (d, 4 + 6 + 3)
-    for a, b in zip(fused, separate, strict=True):
-        assert a.weight == pytest.approx(b.weight, rel=1e-12)
-        assert (a.t1, a.t2, a.t3) == pytest.approx((b.t1, b.t2, b.t3), rel=1e-12)
-        np.testing.assert_allclose(a.s, b.s, rtol=1e-12, atol=1e-12)
-        if b.T is None:
-            assert a.T is None
-        else:
-            np.testing.assert_allclose(a.T, b.T, rtol=1e-12, atol=1e-12)
-    # And both equal the definition T_r = Σ w x_r (Pᵀx)(Pᵀx)ᵀ.
+    P = _orthonormal(d, 6, 2)
+    acc = MomentAccumulator(d, family=family, basis=P)
+    bare = MomentAccumulator(d, family=family, second_order=False)
+    lengths = np.asarray(X.sum(axis=1)).ravel()
+    for a, b in [(0, 0), (0, 37), (37, 120), (120, n)]:
+        acc.add_rows(X, w, a, b, lengths=lengths)
+        bare.add_rows(X, w, a, b)  # lengths computed from the rows
     Xd = X.toarray()
-    Z = Xd @ bases[2]
-    expect = np.einsum("n,nr,na,nb->rab", w, Xd, Z, Z)
-    a, b = np.triu_indices(6)
-    np.testing.assert_allclose(fused[2].T, expect[:, a, b], rtol=1e-10, atol=1e-10)
-    with pytest.raises(ValueError, match="stacked bases"):
-        update_path(fused, X, w, stacked=stack_bases(fused)[:, :5])
+    Z = Xd @ P
+    tri_a, tri_b = np.triu_indices(6)
+    expect_T = np.einsum("n,nr,na,nb->rab", w, Xd, Z, Z)[:, tri_a, tri_b]
+    t = Xd.sum(axis=1)
+    for node in (acc, bare):
+        assert node.weight == pytest.approx(w.sum(), rel=1e-12)
+        np.testing.assert_allclose(node.s, w @ Xd, rtol=1e-12)
+        if family == "multinomial":
+            expect = (w @ t, w @ (t * (t - 1)), w @ (t * (t - 1) * (t - 2)))
+            assert (node.t1, node.t2, node.t3) == pytest.approx(expect, rel=1e-12)
+    np.testing.assert_allclose(acc.T, expect_T, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(acc.second_matrix(), (Xd * w[:, None]).T @ Xd, rtol=1e-12)
+    assert bare.T is None and bare.C is None
+    # second=False / third=False leave C and T alone.
+    before_C, before_T = acc.C.copy(), acc.T.copy()
+    acc.add_rows(X, w, 0, n, second=False, third=False)
+    np.testing.assert_array_equal(acc.C, before_C)
+    np.testing.assert_array_equal(acc.T, before_T)
+    np.testing.assert_allclose(acc.s, 2 * (w @ Xd), rtol=1e-12)
+
+
+def test_update_rejects_out_of_range_indices() -> None:
+    """scipy accepts a CSR whose column indices exceed its shape; the compiled kernels must
+    never see one (they do not bounds-check), so the boundary rejects it."""
+    bad = sp.csr_array((np.ones(2), np.array([1, 7]), np.array([0, 1, 2])), shape=(2, 5))
+    acc = MomentAccumulator(5)
+    with pytest.raises(ValueError, match="column indices"):
+        acc.update(bad)
+    neg = sp.csr_array((np.ones(1), np.array([-1]), np.array([0, 1])), shape=(1, 5))
+    with pytest.raises(ValueError, match="column indices"):
+        acc.update(neg)
+    assert acc.weight == 0.0 and not acc.s.any()

@@ -1,0 +1,121 @@
+"""Compiled inner loops of the hot path: moment sums and routing (numba, one pass per row).
+
+Every kernel walks the rows a:b of a CSR array (``indptr``, ``indices``, ``data``) once, in row
+order and, inside a row, in index order, so results are deterministic and do not depend on how
+a batch is cut into chunks beyond the order of the rows. No ``fastmath``: the floating-point
+operations are exactly the ones written. The callers validate the CSR structure first (indices
+in range, sorted, no duplicates; :func:`streammom._validation.check_csr_structure`): the kernels
+do not bounds-check.
+
+Costs per row with k non-zeros: :func:`add_row_sums` O(k·m²/2) for a basis of m columns;
+:func:`add_packed_gram` O(k²/2); :func:`route_rows` O(k) per tree level.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["add_packed_gram", "add_row_sums", "route_rows"]
+
+_JIT = {"cache": True, "nogil": True, "boundscheck": False}
+
+
+@njit(**_JIT)
+def add_row_sums(indptr, indices, data, w, a, b, P, T, s):  # type: ignore[no-untyped-def]
+    """s += Σ_i w_i x_i and T_r += Σ_i w_i x_ir packed(z_i z_iᵀ), z_i = Pᵀ x_i (design §3).
+
+    Rows a:b. ``P`` (d, m) is the node's tracked basis and row r of ``T`` (d, m(m+1)/2) the
+    packed upper triangle of the slice T_r: this is T += Xᵀ F with F row i = w_i packed(z_i z_iᵀ)
+    ("XᵀF with F the packed outer products of XP"), one row at a time, so F is never stored
+    and the node's T (d·m²/2 doubles) stays in cache while the rows stream past. m = 0 (a
+    (d, 0) P and T) updates s only.
+    """
+    m = P.shape[1]
+    size = T.shape[1]
+    z = np.empty(m)
+    f = np.empty(size)
+    for i in range(a, b):
+        p0 = indptr[i]
+        p1 = indptr[i + 1]
+        wi = w[i]
+        for c in range(m):
+            z[c] = 0.0
+        for p in range(p0, p1):
+            j = indices[p]
+            v = data[p]
+            s[j] += wi * v
+            Pj = P[j]
+            for c in range(m):
+                z[c] += v * Pj[c]
+        if size == 0 or p1 == p0:
+            continue
+        o = 0
+        for x in range(m):
+            wz = wi * z[x]
+            for y in range(x, m):
+                f[o] = wz * z[y]
+                o += 1
+        for p in range(p0, p1):
+            row = T[indices[p]]
+            v = data[p]
+            for q in range(size):
+                row[q] += v * f[q]
+
+
+@njit(**_JIT)
+def add_packed_gram(C, offsets, indptr, indices, data, w, a, b):  # type: ignore[no-untyped-def]
+    """C += packed upper triangle of Σ_i w_i x_i x_iᵀ over the rows a:b (design §3).
+
+    Packed row-major upper layout: (i, j), i ≤ j, at ``offsets[i] + j`` with
+    offsets[i] = i(2d − i − 1)/2. Indices sorted within a row, so every pair p ≤ q of a row's
+    non-zeros lands in the upper triangle: O(Σ_i k_i²/2), never a d×d temporary.
+    """
+    for i in range(a, b):
+        p1 = indptr[i + 1]
+        wi = w[i]
+        for p in range(indptr[i], p1):
+            wv = wi * data[p]
+            base = offsets[indices[p]]
+            for q in range(p, p1):
+                C[base + indices[q]] += wv * data[q]
+
+
+@njit(**_JIT)
+def route_rows(  # type: ignore[no-untyped-def]
+    indptr, indices, data, weights, bias, absolute, children, router_of, root, leaf, paths,
+    margins,
+):
+    """Walk every row root → leaf through 2-way linear routers (thesis eq. 6.11 / eq. 4.1).
+
+    Router r scores s_j = ⟨weights[2r + j], x⟩ + bias[2r + j] (|s_j| when ``absolute[r]``);
+    the row goes to ``children[r, 1]`` when s₁ > s₀, else ``children[r, 0]``, with margin
+    |s₀ − s₁|. ``router_of[node]`` is the router index of an internal node, −1 for a leaf.
+    Only the routers on the row's own path are scored: O(k) per level.
+    """
+    n = indptr.shape[0] - 1
+    for i in range(n):
+        node = root
+        level = 0
+        while router_of[node] >= 0:
+            r = router_of[node]
+            s0 = 0.0
+            s1 = 0.0
+            w0 = weights[2 * r]
+            w1 = weights[2 * r + 1]
+            for p in range(indptr[i], indptr[i + 1]):
+                j = indices[p]
+                v = data[p]
+                s0 += v * w0[j]
+                s1 += v * w1[j]
+            s0 += bias[2 * r]
+            s1 += bias[2 * r + 1]
+            if absolute[r]:
+                s0 = abs(s0)
+                s1 = abs(s1)
+            diff = s1 - s0
+            node = children[r, 1] if diff > 0 else children[r, 0]
+            paths[i, level + 1] = node
+            margins[i, level] = abs(diff)
+            level += 1
+        leaf[i] = node
