@@ -108,16 +108,6 @@ class _Node:
         return not self.children
 
 
-def _row_slice(X: sp.csr_array, a: int, b: int) -> sp.csr_array:
-    """Rows a:b of a CSR array as a view (no copy of indices/data)."""
-    ia, ib = int(X.indptr[a]), int(X.indptr[b])
-    out = sp.csr_array(
-        (X.data[ia:ib], X.indices[ia:ib], X.indptr[a : b + 1] - ia), shape=(b - a, X.shape[1])
-    )
-    out.has_sorted_indices = True
-    return out
-
-
 def _looks_like_events(X: Any) -> bool:
     """Raw events (token lists / count dicts) rather than a matrix-like batch."""
     if not isinstance(X, list | tuple) or not X:
@@ -592,7 +582,7 @@ class StreamingHierarchy:
             wv = ws[a:b]
             v.fresh += float(wv.sum())
             rng = np.random.default_rng([self.random_state, nid, batch])
-            v.reservoir.offer(_row_slice(Xs, a, b), wv, v.acc.weight, rng)
+            v.reservoir.offer(Xs, wv, v.acc.weight, rng, start=a)
             v.acc.add_rows(Xs, ws, a, b, second=v.is_leaf, lengths=lengths)
 
     # ------------------------------------------------------------------ refit

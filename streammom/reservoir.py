@@ -78,11 +78,19 @@ class Reservoir:
         weights: np.ndarray,
         weight_before: float,
         rng: np.random.Generator,
+        *,
+        start: int = 0,
     ) -> None:
-        """Offer a batch of rows with (stored) weights; ``weight_before``: node weight before it."""
-        n = X.shape[0]
+        """Offer rows start:start+len(weights) of X with (stored) weights.
+
+        ``weight_before``: the node's weight before these rows. ``start`` lets the engine offer
+        a node's slice of a sorted batch without building a sub-matrix.
+        """
+        n = len(weights)
         if n == 0:
             return
+        if start < 0 or start + n > X.shape[0]:
+            raise ValueError("rows start:start+len(weights) are outside X")
         w = np.asarray(weights, dtype=np.float64)
         u = rng.random(n)
         slot_draw = rng.integers(0, self.capacity, size=n)
@@ -90,7 +98,7 @@ class Reservoir:
         free = self.capacity - self.n_filled
         fill = live[:free]
         if fill.size:
-            self._write(np.arange(self.n_filled, self.n_filled + fill.size), X, fill)
+            self._write(np.arange(self.n_filled, self.n_filled + fill.size), X, fill + start)
             self.n_filled += fill.size
         rest = live[free:] if free < live.size else live[:0]
         if rest.size == 0:
@@ -104,7 +112,7 @@ class Reservoir:
         # Later events overwrite earlier ones in the same slot: keep the last per slot.
         rev_slots, first_in_rev = np.unique(slots[::-1], return_index=True)
         keep = acc[::-1][first_in_rev]
-        self._write(rev_slots, X, keep)
+        self._write(rev_slots, X, keep + start)
 
     # ------------------------------------------------------------------ views
     def to_csr(self) -> sp.csr_array:
