@@ -365,12 +365,15 @@ class StreamingHierarchy:
 
     # ------------------------------------------------------------------ tree helpers
     def _new_node(self, node_id: int, parent: int, depth: int) -> _Node:
+        """A node with empty sums; its C (d(d+1)/2 zeros) comes from the buffer pool."""
         assert self.n_features_ is not None
+        acc = MomentAccumulator(self.n_features_, family=self.family, second_order=False)
+        acc.C = self._pool().zeros()
         return _Node(
             node_id=node_id,
             parent=parent,
             depth=depth,
-            acc=MomentAccumulator(self.n_features_, family=self.family),
+            acc=acc,
             reservoir=Reservoir(self.reservoir_size, self.n_features_),
             born_version=self.model_version_,
         )
@@ -778,7 +781,6 @@ class StreamingHierarchy:
                 return None
             nid = self._next_id + j
             child = self._new_node(nid, v.node_id, v.depth + 1)
-            child.acc.C = self._pool().zeros()
             Xj = X[rows]
             Xj.sort_indices()
             child.acc.update(Xj, np.full(rows.size, scale))

@@ -94,7 +94,7 @@ def test_packed_outer_matches_triu() -> None:
     np.testing.assert_allclose(packed_outer(Z, w), expected * w[:, None])
 
 
-def test_symmetric_matrix_products_use_the_packed_triangle() -> None:
+def test_symmetric_matrix_products_match_the_dense_matrix() -> None:
     A = np.random.default_rng(4).standard_normal((70, 70))
     A = A + A.T
     S = SymmetricMatrix(pack_symmetric(A), 70, buffer=np.full((70, 70), np.nan))
@@ -102,6 +102,11 @@ def test_symmetric_matrix_products_use_the_packed_triangle() -> None:
     np.testing.assert_allclose(S.matmul(B), A @ B, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(S.matmul(B[:, 0]), A @ B[:, 0], rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(S.diagonal(), np.diag(A))
+    # float32 (the refit's eigen-solve), into a reused buffer of garbage: both triangles written.
+    S32 = SymmetricMatrix(pack_symmetric(A), 70, buffer=np.full((70, 70), np.nan, np.float32),
+                          dtype=np.float32)
+    np.testing.assert_allclose(S32.matmul(B), A @ B, rtol=1e-4, atol=1e-4)
+    assert S32.matmul(B).dtype == np.float64
 
 
 # ---------------------------------------------------------------------- sums
