@@ -9,7 +9,7 @@ do not bounds-check.
 
 Costs per row with k non-zeros: :func:`add_row_sums` O(k·m²/2) for a basis of m columns;
 :func:`add_packed_gram` O(k²/2); :func:`route_rows` O(k) per tree level; :func:`unpack_packed`
-O(d²).
+O(d²); :func:`reservoir_offer` O(k) per kept row.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["add_packed_gram", "add_row_sums", "route_rows", "unpack_packed"]
+__all__ = ["add_packed_gram", "add_row_sums", "reservoir_offer", "route_rows", "unpack_packed"]
 
 _JIT = {"cache": True, "nogil": True, "boundscheck": False}
 # Rows of look-ahead for the prefetches of the C pair loop (measured: 2 is best, 1 and 4 close).
@@ -118,6 +118,47 @@ def add_packed_gram(C, offsets, indptr, indices, data, w, a, b):  # type: ignore
             base = offsets[indices[p]]
             for q in range(p, p1):
                 C[base + indices[q]] += wv * data[q]
+
+
+@njit(**_JIT)
+def reservoir_offer(  # type: ignore[no-untyped-def]
+    indptr, indices, data, w, start, u, weight_before, n_filled, res_indices, res_values,
+    res_lengths,
+):
+    """Weighted reservoir sampling (Chao 1982) of rows start:start+len(w); returns n_filled.
+
+    Event t (weight w_t > 0, node weight W_t including it) is kept while the reservoir is not
+    full, else enters with probability p_t = min(1, K w_t / W_t), replacing slot
+    ⌊K u_t / p_t⌋: given u_t < p_t, u_t / p_t is uniform on [0, 1), so one uniform draw per
+    event decides both. Rows are written zero-padded to the reservoir's width (the caller
+    makes it wide enough); a later event overwrites an earlier one in the same slot.
+    """
+    K = res_indices.shape[0]
+    width = res_indices.shape[1]
+    cum = weight_before
+    for t in range(w.shape[0]):
+        wt = w[t]
+        if not wt > 0.0:
+            continue
+        cum += wt
+        if n_filled < K:
+            slot = n_filled
+            n_filled += 1
+        else:
+            p = min(1.0, K * wt / max(cum, 1e-300))
+            if not u[t] < p:
+                continue
+            slot = min(int(K * (u[t] / p)), K - 1)
+        p0 = indptr[start + t]
+        k = indptr[start + t + 1] - p0
+        for c in range(k):
+            res_indices[slot, c] = indices[p0 + c]
+            res_values[slot, c] = data[p0 + c]
+        for c in range(k, width):
+            res_indices[slot, c] = 0
+            res_values[slot, c] = 0.0
+        res_lengths[slot] = k
+    return n_filled
 
 
 @njit(**_JIT)

@@ -1,15 +1,16 @@
 """A bounded, seeded, recency-biased sample of a node's events (design §5 "reservoir").
 
 Children of a new split, rebuilt subtrees and basis repairs start from it. Rows are stored
-padded ((K, L) column indices and values, L = the widest row so far) so that replacing slots is
-one vectorised assignment per batch.
+padded ((K, L) column indices and values, L = the widest row so far), so keeping an event is one
+row write in a compiled pass over the batch (:func:`streammom._kernels.reservoir_offer`).
 
 Sampling is a weighted reservoir (Chao 1982): event i, arriving when the node's accumulated
-weight including it is W_i, enters with probability min(1, K w_i / W_i) and replaces a uniform
-slot. Under the engine's lazy exponential decay w_i grows like 2^(age/H), so the sample follows
-the decayed distribution of the node (recent events are favoured exactly as the sums favour
-them). Until the reservoir is full every event is kept, in arrival order, so the reservoir then
-*is* the node's data. The random numbers come from the generator the caller passes
+weight including it is W_i, enters with probability p_i = min(1, K w_i / W_i) and replaces a
+uniform slot (⌊K u_i / p_i⌋ from the same uniform u_i that decided it). Under the engine's lazy
+exponential decay w_i grows like 2^(age/H), so the sample follows the decayed distribution of
+the node (recent events are favoured exactly as the sums favour them). Until the reservoir is
+full every event is kept, in arrival order, so the reservoir then *is* the node's data. The
+random numbers come from the generator the caller passes
 (``np.random.default_rng([seed, node_id, counter])`` in the engine), so runs replay exactly.
 """
 
@@ -20,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+
+from streammom import _kernels
 
 __all__ = ["Reservoir"]
 
@@ -53,25 +56,6 @@ class Reservoir:
         val[:, : self.values.shape[1]] = self.values
         self.indices, self.values = idx, val
 
-    def _write(self, slots: np.ndarray, X: sp.csr_array, rows: np.ndarray) -> None:
-        if rows.size == 0:
-            return
-        starts = X.indptr[rows]
-        lens = (X.indptr[rows + 1] - starts).astype(np.int32)
-        width = int(lens.max()) if lens.size else 0
-        self._ensure_width(width)
-        L = self.indices.shape[1]
-        pos = starts[:, None] + np.arange(L)
-        mask = np.arange(L)[None, :] < lens[:, None]
-        pos = np.where(mask, pos, 0)
-        if X.nnz:
-            self.indices[slots] = np.where(mask, X.indices[pos], 0)
-            self.values[slots] = np.where(mask, X.data[pos], 0.0)
-        else:
-            self.indices[slots] = 0
-            self.values[slots] = 0.0
-        self.lengths[slots] = lens
-
     def offer(
         self,
         X: sp.csr_array,
@@ -92,27 +76,12 @@ class Reservoir:
         if start < 0 or start + n > X.shape[0]:
             raise ValueError("rows start:start+len(weights) are outside X")
         w = np.asarray(weights, dtype=np.float64)
+        lens = np.diff(X.indptr[start : start + n + 1])
+        self._ensure_width(int(lens.max()))
         u = rng.random(n)
-        slot_draw = rng.integers(0, self.capacity, size=n)
-        live = np.flatnonzero(w > 0)
-        free = self.capacity - self.n_filled
-        fill = live[:free]
-        if fill.size:
-            self._write(np.arange(self.n_filled, self.n_filled + fill.size), X, fill + start)
-            self.n_filled += fill.size
-        rest = live[free:] if free < live.size else live[:0]
-        if rest.size == 0:
-            return
-        cum = weight_before + np.cumsum(w)
-        p = np.minimum(1.0, self.capacity * w[rest] / np.maximum(cum[rest], 1e-300))
-        acc = rest[u[rest] < p]
-        if acc.size == 0:
-            return
-        slots = slot_draw[acc]
-        # Later events overwrite earlier ones in the same slot: keep the last per slot.
-        rev_slots, first_in_rev = np.unique(slots[::-1], return_index=True)
-        keep = acc[::-1][first_in_rev]
-        self._write(rev_slots, X, keep + start)
+        self.n_filled = int(_kernels.reservoir_offer(
+            X.indptr, X.indices, X.data, w, start, u, float(weight_before), self.n_filled,
+            self.indices, self.values, self.lengths))
 
     # ------------------------------------------------------------------ views
     def to_csr(self) -> sp.csr_array:
