@@ -569,7 +569,10 @@ class StreamingHierarchy:
         one compiled pass over the slice; C only at leaves.
         """
         rank = self._leaf_rank[leaf_ids]
-        perm = np.argsort(rank, kind="stable")
+        # Leaf ranks are small: an 8- or 16-bit key makes numpy's stable sort a radix sort, O(n).
+        key = rank.astype(np.uint8 if self._n_leaves <= 256 else
+                          np.int16 if self._n_leaves <= 32767 else np.int64)
+        perm = np.argsort(key, kind="stable")
         Xs = X[perm]
         Xs.has_sorted_indices = True
         ws = w[perm]
