@@ -63,7 +63,17 @@ def add_row_sums(indptr, indices, data, w, a, b, P, T, s):  # type: ignore[no-un
     m = P.shape[1]
     size = T.shape[1]
     z = np.empty(m)
+    wz = np.empty(m)
     f = np.empty(size)
+    # Packed order of the pairs (x ≤ y): F's entries as one flat gather, not a triangle loop.
+    pair_x = np.empty(size, np.int64)
+    pair_y = np.empty(size, np.int64)
+    o = 0
+    for x in range(m):
+        for y in range(x, m):
+            pair_x[o] = x
+            pair_y[o] = y
+            o += 1
     for i in range(a, b):
         p0 = indptr[i]
         p1 = indptr[i + 1]
@@ -79,12 +89,10 @@ def add_row_sums(indptr, indices, data, w, a, b, P, T, s):  # type: ignore[no-un
                 z[c] += v * Pj[c]
         if size == 0 or p1 == p0:
             continue
-        o = 0
-        for x in range(m):
-            wz = wi * z[x]
-            for y in range(x, m):
-                f[o] = wz * z[y]
-                o += 1
+        for c in range(m):
+            wz[c] = wi * z[c]
+        for q in range(size):
+            f[q] = wz[pair_x[q]] * z[pair_y[q]]
         for p in range(p0, p1):
             row = T[indices[p]]
             v = data[p]
