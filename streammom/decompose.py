@@ -21,6 +21,7 @@ from streammom.projection import project_simplex
 
 __all__ = [
     "ImplicitMoments",
+    "KnownSpectrumOperator",
     "NonPositiveEigenvalueError",
     "Rotation2",
     "SpectralDecomposition",
@@ -60,6 +61,44 @@ def _canonical_signs(vecs: np.ndarray) -> np.ndarray:
     return vecs * signs
 
 
+class KnownSpectrumOperator(spla.LinearOperator):
+    """V diag(θ) Vᵀ + σ (I − V Vᵀ), σ below every θ: a d×d operator whose top eigenpairs are
+    exactly (θ, V) (V orthonormal, θ decreasing), applied in O(d·p).
+
+    The streaming engine solves for the top eigenpairs of a node's M2 itself (warm-started, from
+    the packed sums) and hands this operator to :func:`~streammom.split.compute_split`, whose
+    :func:`top_eigenpairs` then reads the pairs off instead of running Lanczos again.
+
+    >>> op = KnownSpectrumOperator(np.array([3.0, 1.0]), np.eye(4)[:, :2])
+    >>> top_eigenpairs(op, 2)[0].tolist(), (op @ np.ones(4)).tolist()
+    ([3.0, 1.0], [3.0, 1.0, -2.0, -2.0])
+    """
+
+    def __init__(self, eigenvalues: np.ndarray, eigenvectors: np.ndarray) -> None:
+        vals = np.asarray(eigenvalues, dtype=np.float64)
+        vecs = np.asarray(eigenvectors, dtype=np.float64)
+        if vecs.ndim != 2 or vals.shape != (vecs.shape[1],) or not vals.size:
+            raise ValueError("need p eigenvalues and a (d, p) matrix of eigenvectors")
+        if np.any(np.diff(vals) > 0):
+            raise ValueError("eigenvalues must be in decreasing order")
+        self.eigenvalues = vals
+        self.eigenvectors = vecs
+        self._sigma = float(vals[-1]) - max(abs(float(vals[0])), 1e-300)
+        self._shift = vals - self._sigma
+        super().__init__(dtype=np.dtype(np.float64), shape=(vecs.shape[0], vecs.shape[0]))
+
+    def _matmat(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        V = self.eigenvectors
+        return V @ (self._shift[:, None] * (V.T @ X)) + self._sigma * X
+
+    def _matvec(self, x: np.ndarray) -> np.ndarray:
+        return self._matmat(np.asarray(x).reshape(-1, 1)).reshape(np.shape(x))
+
+    def _adjoint(self) -> KnownSpectrumOperator:
+        return self
+
+
 def top_eigenpairs(
     M2: np.ndarray | spla.LinearOperator,
     k: int,
@@ -70,10 +109,11 @@ def top_eigenpairs(
     """The k largest *algebraic* eigenpairs of a symmetric matrix or linear operator.
 
     Returns ``(values, vectors)`` with values in decreasing order and eigenvector signs fixed
-    (largest-magnitude entry positive). Small dense matrices use LAPACK ``eigh``; large ones and
-    linear operators use Lanczos (ARPACK ``eigsh``, ``which='LA'``) from a seeded start vector,
-    so results are deterministic. Algebraic, not absolute, eigenvalues: unbiased moment
-    estimators are indefinite in finite samples (thesis digest §7, pitfall 2).
+    (largest-magnitude entry positive). A :class:`KnownSpectrumOperator` gives its own pairs.
+    Small dense matrices use LAPACK ``eigh``; large ones and linear operators use Lanczos
+    (ARPACK ``eigsh``, ``which='LA'``) from a seeded start vector, so results are deterministic.
+    Algebraic, not absolute, eigenvalues: unbiased moment estimators are indefinite in finite
+    samples (thesis digest §7, pitfall 2).
 
     >>> vals, vecs = top_eigenpairs(np.diag([3.0, -5.0, 1.0]), 2)
     >>> vals.tolist()
@@ -82,7 +122,9 @@ def top_eigenpairs(
     d = M2.shape[0]
     if not 1 <= k <= d:
         raise ValueError(f"k must be in [1, {d}], got {k}")
-    if isinstance(M2, np.ndarray) and (d <= _DENSE_EIGH_MAX_DIM or k >= d - 1):
+    if isinstance(M2, KnownSpectrumOperator) and k <= M2.eigenvalues.size:
+        vals, vecs = M2.eigenvalues[:k].copy(), M2.eigenvectors[:, :k].copy()
+    elif isinstance(M2, np.ndarray) and (d <= _DENSE_EIGH_MAX_DIM or k >= d - 1):
         vals, vecs = scipy.linalg.eigh(M2, subset_by_index=[d - k, d - 1])
     else:
         v0 = np.random.default_rng(random_state).uniform(0.5, 1.5, size=d)

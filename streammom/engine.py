@@ -58,7 +58,7 @@ import scipy.sparse.linalg as spla
 
 from streammom._buffers import PackedBufferPool
 from streammom._validation import as_csr, as_weights, check_random_state_int
-from streammom.decompose import top_eigenpairs
+from streammom.decompose import KnownSpectrumOperator, top_eigenpairs
 from streammom.model import HierarchyModel, Router, Routing, TreeNode
 from streammom.moments import (
     MomentAccumulator,
@@ -166,20 +166,6 @@ def _block_krylov_top(
         if float(np.max(np.linalg.norm(R, axis=0))) <= tol * scale:
             return theta, V, True
     return theta, V, False
-
-
-def _low_rank_operator(vals: np.ndarray, vecs: np.ndarray) -> spla.LinearOperator:
-    """V diag(θ) Vᵀ + σ (I − V Vᵀ), σ below every θ: same top eigenpairs, O(d·p) matvec."""
-    d = vecs.shape[0]
-    sigma = float(vals.min()) - max(abs(float(vals[0])), 1e-300)
-    shift = vals - sigma
-
-    def matvec(x: np.ndarray) -> np.ndarray:
-        x2 = np.asarray(x, dtype=np.float64).reshape(d, -1)
-        out = vecs @ (shift[:, None] * (vecs.T @ x2)) + sigma * x2
-        return out.reshape(np.shape(x))
-
-    return spla.LinearOperator((d, d), matvec=matvec, matmat=matvec, dtype=np.float64)
 
 
 class StreamingHierarchy:
@@ -754,7 +740,7 @@ class StreamingHierarchy:
                     acc.set_basis(P_new, rows=rows, row_weight=row_weight)
                     self.n_rebases_ += 1
             moments = NodeMoments(
-                m2=_low_rank_operator(vals, vecs),
+                m2=KnownSpectrumOperator(vals, vecs),
                 m1=acc.first_moment(),
                 third=lambda E: acc.third_slices(E, c_times=c_times),
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 from sklearn.metrics import adjusted_rand_score
 
 from streammom import HierarchicalMoM, StreamingHierarchy, Vocabulary
@@ -170,8 +171,8 @@ def test_input_validation() -> None:
 def test_warm_eigensolver_and_low_rank_operator() -> None:
     """The refit's eigen-solve (block Krylov, warm start) and the operator handed to
     compute_split reproduce the top eigenpairs of M2."""
-    from streammom.decompose import top_eigenpairs
-    from streammom.engine import _block_krylov_top, _low_rank_operator
+    from streammom.decompose import KnownSpectrumOperator, top_eigenpairs
+    from streammom.engine import _block_krylov_top
 
     rng = np.random.default_rng(0)
     d = 300
@@ -184,9 +185,17 @@ def test_warm_eigensolver_and_low_rank_operator() -> None:
     assert converged
     np.testing.assert_allclose(vals[:2], lam[:2], rtol=1e-9)
     np.testing.assert_allclose(np.abs(np.sum(vecs[:, :2] * Q[:, :2], axis=0)), 1.0, atol=1e-8)
-    op_vals, op_vecs = top_eigenpairs(_low_rank_operator(vals, vecs), 3)
+    op = KnownSpectrumOperator(vals, vecs)
+    op_vals, op_vecs = top_eigenpairs(op, 3)
     np.testing.assert_allclose(op_vals, vals[:3], rtol=1e-10)
     np.testing.assert_allclose(np.abs(np.sum(op_vecs * vecs[:, :3], axis=0)), 1.0, atol=1e-8)
+    # The operator really has those top eigenpairs: Lanczos on it (as a plain operator) agrees.
+    plain = spla.LinearOperator(op.shape, matvec=op.matvec, matmat=op.matmat, dtype=float)
+    lz_vals, lz_vecs = top_eigenpairs(plain, 3)
+    np.testing.assert_allclose(lz_vals, vals[:3], rtol=1e-8)
+    np.testing.assert_allclose(np.abs(np.sum(lz_vecs * vecs[:, :3], axis=0)), 1.0, atol=1e-6)
+    with pytest.raises(ValueError, match="decreasing"):
+        KnownSpectrumOperator(vals[::-1], vecs[:, ::-1])
     # Out of iterations: the last iterate comes back, flagged as not converged.
     *_, converged = _block_krylov_top(lambda B: A @ B, start, k=2, tol=1e-14, max_iter=1)
     assert not converged
