@@ -1,15 +1,14 @@
-"""Compiled inner loops of the hot path: moment sums and routing (numba, one pass per row).
+"""Compiled inner loops of the hot path (numba): moment sums, routing, reservoir sampling.
 
-Every kernel walks the rows a:b of a CSR array (``indptr``, ``indices``, ``data``) once, in row
-order and, inside a row, in index order, so results are deterministic and do not depend on how
-a batch is cut into chunks beyond the order of the rows. No ``fastmath``: the floating-point
-operations are exactly the ones written. The callers validate the CSR structure first (indices
-in range, sorted, no duplicates; :func:`streammom._validation.check_csr_structure`): the kernels
-do not bounds-check.
+The row kernels walk the rows a:b of a CSR array (``indptr``, ``indices``, ``data``) once, in
+row order and, inside a row, in index order, so results are deterministic and the same however
+a batch is cut into chunks. No ``fastmath``: the floating-point operations are exactly the ones
+written. The callers validate the CSR structure first (indices in range, sorted, no duplicates;
+:func:`streammom._validation.check_csr_structure`): the kernels do not bounds-check.
 
 Costs per row with k non-zeros: :func:`add_row_sums` O(k·m²/2) for a basis of m columns;
-:func:`add_packed_gram` O(k²/2); :func:`route_rows` O(k) per tree level; :func:`unpack_packed`
-O(d²); :func:`reservoir_offer` O(k) per kept row.
+:func:`add_packed_gram` O(k²/2); :func:`route_rows` O(k) per tree level;
+:func:`reservoir_offer` O(1), plus O(k) per kept row. :func:`unpack_packed` is O(d²) (refits).
 """
 
 from __future__ import annotations

@@ -48,15 +48,64 @@ def test_absolute_router_uses_magnitude() -> None:
     assert model.predict(np.array([[1.0, 1.0]])).tolist() == [1]
 
 
-def test_sparse_dense_and_chunked_routing_agree() -> None:
-    model = _tree()
+def _random_tree(d: int, depth: int, seed: int) -> HierarchyModel:
+    """A binary tree of uneven depth (≤ depth) with random linear routers, |s| and plain."""
+    rng = np.random.default_rng(seed)
+    nodes, next_id, frontier = [], 1, [(0, -1, 0)]
+    while frontier:
+        nid, parent, level = frontier.pop()
+        if level == depth or (level > 0 and nid % 3 == 0):
+            nodes.append(TreeNode(nid, parent, level, 1.0, np.full(d, 0.5)))
+            continue
+        kids = (next_id, next_id + 1)
+        next_id += 2
+        router = Router(rng.normal(size=(2, d)), rng.normal(size=2), absolute=bool(nid % 2))
+        nodes.append(TreeNode(nid, parent, level, 1.0, np.full(d, 0.5), kids, router))
+        frontier += [(k, nid, level + 1) for k in kids]
+    return HierarchyModel(nodes, n_features=d)
+
+
+def _reference_route(model: HierarchyModel, X: np.ndarray) -> tuple[list[list[int]], list]:
+    """Plain per-row walk: s = W x + b (|s| if absolute), child 1 iff s₁ > s₀."""
+    paths, margins = [], []
+    for x in X:
+        node, path, margin = model.root_id, [model.root_id], []
+        while model.nodes[node].children:
+            r = model.nodes[node].router
+            s = r.weights @ x + r.bias
+            s = np.abs(s) if r.absolute else s
+            node = model.nodes[node].children[int(s[1] > s[0])]
+            path.append(node)
+            margin.append(abs(s[1] - s[0]))
+        paths.append(path)
+        margins.append(margin)
+    return paths, margins
+
+
+def test_compiled_routing_matches_a_plain_walk() -> None:
+    """The compiled walk (only the routers on each row's path are scored) gives the leaves,
+    paths and margins of a direct evaluation, for dense, CSR int32 and CSR int64 input."""
+    d = 30
+    model = _random_tree(d, depth=4, seed=2)
+    assert len({n.depth for n in model.nodes.values() if n.is_leaf}) > 1  # uneven paths
     rng = np.random.default_rng(1)
-    X = (rng.random((70_000, 4)) < 0.4).astype(float)
-    dense = model.route(X)
-    sparse = model.route(sp.csr_matrix(X))
-    np.testing.assert_array_equal(dense.leaf_ids, sparse.leaf_ids)
-    np.testing.assert_array_equal(dense.margins, sparse.margins)
-    assert set(np.unique(dense.leaf_ids)) <= set(model.leaf_ids)
+    X = (rng.random((500, d)) < 0.2) * rng.integers(1, 4, size=(500, d)).astype(float)
+    X[3] = 0.0  # an empty row follows the biases
+    paths, margins = _reference_route(model, X)
+    Xs = sp.csr_array(X)
+    X64 = sp.csr_array((Xs.data, Xs.indices.astype(np.int64), Xs.indptr.astype(np.int64)),
+                       shape=Xs.shape)
+    for batch in (X, Xs, X64):
+        routing = model.route(batch)
+        for i in range(X.shape[0]):
+            depth = len(paths[i])
+            assert routing.paths[i, :depth].tolist() == paths[i]
+            assert (routing.paths[i, depth:] == -1).all()
+            assert routing.leaf_ids[i] == paths[i][-1]
+            np.testing.assert_allclose(routing.margins[i, : depth - 1], margins[i], rtol=1e-12,
+                                       atol=1e-12)
+            assert np.isnan(routing.margins[i, depth - 1 :]).all()
+    assert len(set(routing.leaf_ids.tolist())) > 4  # the random routers use the whole tree
 
 
 def test_records_are_plain_json_types() -> None:
