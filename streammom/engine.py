@@ -34,10 +34,11 @@ weight. Every change bumps ``model_version_`` and appends lineage records.
 
 Refit cost is bounded and does not grow with the stream: internal C's are assembled bottom-up
 only where needed (one add per node); the top eigenpairs of M2 come from a block Krylov–
-Rayleigh–Ritz solve warm-started from the node's tracked basis (a few float32 ``ssymm``
-products with the upper triangle of C, never a d×d eigendecomposition; residuals ≤ 1e-3·θ₁,
-well inside the ``basis_tol`` the tracked basis tolerates); ``compute_split`` then
-gets M2 as a rank-p operator with exactly those eigenpairs; the basis is rebased only when the
+Rayleigh–Ritz solve warm-started from the node's tracked basis (C unpacked once into a float32
+matrix, then a few ``sgemm`` products, never a d×d eigendecomposition; residuals ≤ 1e-3·θ₁,
+well inside the ``basis_tol`` the tracked basis tolerates); ``compute_split`` then gets M2 as
+a :class:`~streammom.decompose.KnownSpectrumOperator` carrying exactly those eigenpairs (no
+second solve); the basis is rebased only when the
 top-2 eigenvectors leave its span; a new child's basis is a few block Krylov steps on its
 reservoir rows from the parent's basis; the d(d+1)/2 temporaries of a refit come from a small
 pool of reused buffers; and a node is refit only after new weight ≥ f × its weight, f doubling
