@@ -50,7 +50,7 @@ import scipy.sparse as sp  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streammom import StreamingHierarchy  # noqa: E402
+from streammom import StreamingHierarchy, warm_up  # noqa: E402
 from streammom.datasets import make_hierarchical_bernoulli  # noqa: E402
 
 D = 2_000
@@ -88,16 +88,14 @@ def _row(method: str, events: int, seconds: float, ari: float, notes: str) -> di
             "ari": float(ari), "notes": notes}
 
 
-def _load_kernels(X: sp.csr_array) -> None:
-    """Untimed start-up: load (or, on a fresh checkout, compile) the numba kernels once, as a
-    daemon does when it starts; a tiny engine routes, accumulates and refits 512 events."""
-    warm = StreamingHierarchy(D, **{**ENGINE_KW, "min_split_weight": 1.0})
-    warm.partial_fit(X[:512])
-    warm.refit()
+def _load_kernels() -> None:
+    """Untimed start-up: load (or, on a fresh checkout, compile) the numba kernels once, as the
+    daemon does when it starts (:func:`streammom.warm_up`)."""
+    warm_up()
 
 
 def bench_streammom(X: sp.csr_array, Xe: sp.csr_array, ye: np.ndarray) -> dict[str, Any]:
-    _load_kernels(X)
+    _load_kernels()
     eng = StreamingHierarchy(D, **ENGINE_KW)
     refit_s = 0.0
     t0 = time.perf_counter()
@@ -230,7 +228,7 @@ def memory_depth5(n_events: int = 400_000) -> dict[str, Any]:
     growth of the tree, with the events resident.
     """
     X, _ = _stream(n_events, leaves=32, seed=1)  # ~50 MB of events stay resident
-    _load_kernels(X)
+    _load_kernels()
     process_peak = _peak_rss_mib()
     reset = _reset_peak_rss()
     eng = StreamingHierarchy(D, max_depth=5, max_leaves=32, refit_every=50_000,

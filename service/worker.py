@@ -46,7 +46,7 @@ from service.config import ModelSettings, Settings
 from service.events import EventDecoder, Rejection
 from service.metrics import WorkerMetrics
 from service.transport import Record, Sink, Source, TopicPartition, TransportError
-from streammom import __version__
+from streammom import __version__, warm_up
 
 __all__ = ["BatchResult", "Worker", "build_engine", "encode_model_message"]
 
@@ -197,7 +197,9 @@ class Worker:
 
     # ------------------------------------------------------------------ state
     def restore(self) -> None:
-        """Load the newest checkpoint (or build a fresh engine) and publish the metrics."""
+        """Load the compiled kernels and the newest checkpoint (or build a fresh engine), and
+        publish the metrics."""
+        _log.info("compiled kernels ready", extra={"seconds": round(warm_up(), 3)})
         ckpt = self.store.load()
         if ckpt is not None:
             self.engine = ckpt.engine()

@@ -4,7 +4,7 @@ The library knows nothing of Kafka or HTTP; the daemon lives in ``service``.
 """
 
 from streammom._version import __version__
-from streammom.engine import StreamingHierarchy
+from streammom.engine import StreamingHierarchy, warm_up
 from streammom.hierarchical import HierarchicalMoM
 from streammom.moments import MomentAccumulator
 from streammom.relevance import top_features
@@ -19,4 +19,5 @@ __all__ = [
     "Vocabulary",
     "__version__",
     "top_features",
+    "warm_up",
 ]

@@ -90,7 +90,10 @@ class Reservoir:
         lens = self.lengths[:k].astype(np.int64)
         L = self.indices.shape[1]
         mask = np.arange(L)[None, :] < lens[:, None]
-        indptr = np.concatenate(([0], np.cumsum(lens)))
+        # int32 index arrays, like the engine's batches: one argument type for the kernels.
+        small = int(lens.sum()) < np.iinfo(np.int32).max
+        indptr = np.zeros(k + 1, dtype=np.int32 if small else np.int64)
+        np.cumsum(lens, out=indptr[1:])
         X = sp.csr_array(
             (self.values[:k][mask], self.indices[:k][mask], indptr),
             shape=(k, self.n_features),

@@ -289,3 +289,32 @@ def test_internal_c_is_offset_plus_children(
     )
     internal = [v for v in eng.nodes_.values() if not v.is_leaf]
     assert internal and all(v.acc.C is not None for v in internal)
+
+
+def test_warm_up_compiles_every_kernel_the_engine_uses() -> None:
+    """After ``warm_up`` (the worker calls it at start-up), learning from raw events (the
+    daemon's path: int64 CSR from the vocabulary), from int64 CSR input and with counts needs no
+    further compilation: the first batch's latency is not the compiler's."""
+    from streammom import _kernels, warm_up
+
+    names = ["add_row_sums", "add_packed_gram", "route_rows", "reservoir_offer",
+             "unpack_packed"]
+    assert warm_up() >= 0.0
+    before = {k: len(getattr(_kernels, k).signatures) for k in names}
+    assert all(n >= 1 for n in before.values())
+    rng = np.random.default_rng(3)
+    codes = [[f"c{int(i)}" for i in rng.choice(60, 6, replace=False)] for _ in range(3000)]
+    eng = StreamingHierarchy(vocabulary=Vocabulary(capacity=100), refit_every=1000,
+                             min_split_weight=50.0)
+    for s in range(0, 3000, 500):
+        eng.learn(codes[s : s + 500])
+    X = sp.csr_array((rng.random((2000, 40)) < 0.2) * rng.integers(1, 4, size=(2000, 40)),
+                     dtype=np.float64)
+    X64 = sp.csr_array((X.data, X.indices.astype(np.int64), X.indptr.astype(np.int64)),
+                       shape=X.shape)
+    counts = StreamingHierarchy(40, family="multinomial", refit_every=500, min_split_weight=50.0)
+    for s in range(0, 2000, 500):
+        counts.learn(X64[s : s + 500])
+    assert eng.model_.n_leaves >= 2 and counts.model_.n_leaves >= 2
+    after = {k: len(getattr(_kernels, k).signatures) for k in names}
+    assert after == before
