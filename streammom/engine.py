@@ -387,13 +387,6 @@ class StreamingHierarchy:
             stack.extend(reversed(self.nodes_[v].children))
         return out
 
-    def _path_to(self, node_id: int) -> list[int]:
-        """Node ids root → ``node_id``."""
-        path = [node_id]
-        while self.nodes_[path[-1]].parent >= 0:
-            path.append(self.nodes_[path[-1]].parent)
-        return path[::-1]
-
     def _dfs(self) -> list[int]:
         return self._subtree(self.root_id_)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from streammom.model import HierarchyModel
 from streammom.report.codes import CodeMap
-from streammom.report.html import ReportFigures, build_report, compute_figures
+from streammom.report.html import ReportFigures, build_report
 from streammom.report.svg import frequency_svg, heatmap_svg, tree_svg
 from streammom.serialization import atomic_write_bytes
 
@@ -67,13 +67,3 @@ def export_figures(
             written.append(png_makers[name](data, Path(png_dir) / f"{name}.png", scale=png_scale))
     return written
 
-
-def compute_and_export(
-    model: HierarchyModel,
-    *,
-    png_dir: str | os.PathLike[str] | None = None,
-    svg_dir: str | os.PathLike[str] | None = None,
-    **options: Any,
-) -> list[Path]:
-    """:func:`compute_figures` then :func:`export_figures` (convenience for notebooks)."""
-    return export_figures(compute_figures(model, **options), png_dir=png_dir, svg_dir=svg_dir)
