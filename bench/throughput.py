@@ -88,14 +88,8 @@ def _row(method: str, events: int, seconds: float, ari: float, notes: str) -> di
             "ari": float(ari), "notes": notes}
 
 
-def _load_kernels() -> None:
-    """Untimed start-up: load (or, on a fresh checkout, compile) the numba kernels once, as the
-    daemon does when it starts (:func:`streammom.warm_up`)."""
-    warm_up()
-
-
 def bench_streammom(X: sp.csr_array, Xe: sp.csr_array, ye: np.ndarray) -> dict[str, Any]:
-    _load_kernels()
+    warm_up()  # untimed start-up: load (or compile) the kernels, as the daemon does
     eng = StreamingHierarchy(D, **ENGINE_KW)
     refit_s = 0.0
     t0 = time.perf_counter()
@@ -198,14 +192,14 @@ def bench_river(kind: str, X: sp.csr_array, Xe: sp.csr_array, ye: np.ndarray
                 "one dict per event, prefix of the stream; dicts built untimed")
 
 
-def _reset_peak_rss() -> bool:
-    """Reset this process's peak RSS (VmHWM) to its current RSS (Linux ≥ 4.0)."""
+def _reset_peak_rss() -> None:
+    """Reset this process's peak RSS (VmHWM) to its current RSS (Linux ≥ 4.0). Where
+    /proc/self/clear_refs is not writable this does nothing, and the peak covers start-up too."""
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
-        return True
     except OSError:
-        return False
+        pass
 
 
 def _peak_rss_mib() -> float:
@@ -228,15 +222,15 @@ def memory_depth5(n_events: int = 400_000) -> dict[str, Any]:
     growth of the tree, with the events resident.
     """
     X, _ = _stream(n_events, leaves=32, seed=1)  # ~50 MB of events stay resident
-    _load_kernels()
+    warm_up()  # untimed start-up: load (or compile) the kernels, as the daemon does
     process_peak = _peak_rss_mib()
-    reset = _reset_peak_rss()
+    _reset_peak_rss()
     eng = StreamingHierarchy(D, max_depth=5, max_leaves=32, refit_every=50_000,
                              chunk_size=BATCH, random_state=0)
     for s in range(0, X.shape[0], BATCH):
         eng.partial_fit(X[s : s + BATCH])
     eng.refit()
-    peak = _peak_rss_mib() if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _peak_rss_mib()
     return {"nodes": len(eng.nodes_), "leaves": eng.model_.n_leaves,
             "depth": eng.model_.max_depth, "peak_rss_mib": peak, "events": n_events,
             "peak_before_tree_mib": process_peak}

@@ -7,7 +7,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["as_csr", "as_weights", "check_csr_structure", "check_random_state_int"]
+__all__ = [
+    "as_csr",
+    "as_weights",
+    "check_csr_structure",
+    "check_random_state_int",
+    "with_int32_indices",
+]
 
 
 def as_csr(X: Any, n_features: int | None = None, *, name: str = "X") -> sp.csr_array:
@@ -36,13 +42,14 @@ def as_csr(X: Any, n_features: int | None = None, *, name: str = "X") -> sp.csr_
     check_csr_structure(out, name=name)
     out.sum_duplicates()
     out.sort_indices()
-    return _int32_indices(out)
+    return with_int32_indices(out)
 
 
-def _int32_indices(X: sp.csr_array) -> sp.csr_array:
-    """The same array with int32 ``indices``/``indptr`` when they fit (scipy's own choice for
-    small arrays): one index type for the compiled kernels (no second compile for int64 input)
-    and half the index traffic. Arrays too large for int32 keep int64."""
+def with_int32_indices(X: sp.csr_array) -> sp.csr_array:
+    """The same canonical array (sorted, duplicate-free) with int32 ``indices``/``indptr``
+    when they fit (scipy's own choice for small arrays): one index type for the compiled kernels
+    (no second compile for int64 input) and half the index traffic. Arrays too large for int32
+    keep int64."""
     limit = np.iinfo(np.int32).max
     if (X.indices.dtype == np.int32 and X.indptr.dtype == np.int32) or max(
             X.nnz, X.shape[1]) >= limit:

@@ -92,9 +92,6 @@ class KnownSpectrumOperator(spla.LinearOperator):
         V = self.eigenvectors
         return V @ (self._shift[:, None] * (V.T @ X)) + self._sigma * X
 
-    def _matvec(self, x: np.ndarray) -> np.ndarray:
-        return self._matmat(np.asarray(x).reshape(-1, 1)).reshape(np.shape(x))
-
     def _adjoint(self) -> KnownSpectrumOperator:
         return self
 

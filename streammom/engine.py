@@ -1215,8 +1215,9 @@ def warm_up() -> float:
     The kernels (:mod:`streammom._kernels`) are compiled by numba on their first use on a
     machine (a few seconds) and loaded from its on-disk cache afterwards (a fraction of a
     second). A long-running worker calls this at start-up so the first batch's latency is not
-    the compiler's. It learns, refits and assigns a tiny synthetic batch with each family, which
-    exercises every kernel with the argument types the engine uses.
+    the compiler's. With each family it learns a tiny synthetic batch, refits and learns it again
+    (routed through the new split), which exercises every kernel with the argument types the
+    engine uses.
 
     >>> warm_up() >= 0.0
     True

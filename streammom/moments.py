@@ -343,7 +343,7 @@ class MomentAccumulator:
             self.t2 += float(ws @ (t * t1))
             self.t3 += float(ws @ (t * t1 * t2))
         d = self.n_features
-        if third and self.basis is not None and self.T is not None:
+        if third and self.tracks_third:
             P, T = self.basis, self.T
         else:
             P = T = np.zeros((d, 0))

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streammom import _kernels
+from streammom._validation import with_int32_indices
 
 __all__ = ["Reservoir"]
 
@@ -90,16 +91,14 @@ class Reservoir:
         lens = self.lengths[:k].astype(np.int64)
         L = self.indices.shape[1]
         mask = np.arange(L)[None, :] < lens[:, None]
-        # int32 index arrays, like the engine's batches: one argument type for the kernels.
-        small = int(lens.sum()) < np.iinfo(np.int32).max
-        indptr = np.zeros(k + 1, dtype=np.int32 if small else np.int64)
-        np.cumsum(lens, out=indptr[1:])
+        indptr = np.concatenate(([0], np.cumsum(lens)))
         X = sp.csr_array(
             (self.values[:k][mask], self.indices[:k][mask], indptr),
             shape=(k, self.n_features),
         )
         X.sort_indices()
-        return X
+        # int32 index arrays, like the engine's batches: one argument type for the kernels.
+        return with_int32_indices(X)
 
     def subset(self, rows: np.ndarray, capacity: int | None = None) -> Reservoir:
         """A new reservoir holding the given stored rows (in that order)."""
