@@ -16,10 +16,27 @@ one is missing or unreadable. On start the worker restores it and seeks every as
 to its offset, so no event is counted twice or lost — whatever happened between checkpoints is
 simply replayed. Outputs of replayed events are produced again (at-least-once outputs, keyed by
 entity id and stamped with the model version).
+
+Fault policy (issue #12):
+
+* **Damaged files.** :meth:`CheckpointStore.load` only returns a checkpoint whose engine was
+  rebuilt successfully: anything that fails — unreadable file, bad ZIP/CRC/deflate data, bad
+  manifest, arrays of inconsistent shapes — makes that file *invalid*; it is logged at error
+  level (which file, why) and the previous checkpoint is tried (a warning says so). If files
+  exist but none is valid, :class:`NoValidCheckpointError` is raised: starting from scratch
+  would silently re-count the replayed input, so ``streammom run`` exits 2 instead.
+* **Unusable directory.** :meth:`CheckpointStore.check_writable` (run at start-up) creates the
+  directory and writes, fsyncs and removes a probe file, raising :class:`CheckpointDirError`
+  (naming the directory and the OS error) so the daemon exits 2 before consuming anything.
+  Write errors at checkpoint time are :class:`OSError` from :meth:`CheckpointStore.save`; the
+  worker keeps running without committing and retries (see :mod:`service.worker`).
+* **Orphan temp files** of a write killed mid-way are removed by
+  :meth:`CheckpointStore.remove_stale_temp_files` at start-up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -35,6 +52,7 @@ from streammom import __version__
 from streammom.serialization import (
     SnapshotFormatError,
     archive_bytes,
+    atomic_temp_files,
     atomic_write_bytes,
     read_archive,
 )
@@ -43,7 +61,9 @@ __all__ = [
     "CHECKPOINT_NAME",
     "PREVIOUS_NAME",
     "Checkpoint",
+    "CheckpointDirError",
     "CheckpointStore",
+    "NoValidCheckpointError",
     "decode_checkpoint",
     "encode_checkpoint",
 ]
@@ -53,8 +73,18 @@ CHECKPOINT_SCHEMA_VERSION = 1
 CHECKPOINT_NAME = "checkpoint.smm"
 PREVIOUS_NAME = "checkpoint.prev.smm"
 _ENGINE_PREFIX = "engine__"
+_PROBE_NAME = ".streammom-write-probe"
+_PROBE_BYTES = 4096
 
 _log = logging.getLogger("streammom.checkpoint")
+
+
+class NoValidCheckpointError(SnapshotFormatError):
+    """Checkpoint files exist but none is valid (the message names each file and its error)."""
+
+
+class CheckpointDirError(OSError):
+    """The checkpoint directory cannot be created or written (the message names both)."""
 
 
 @dataclass
@@ -67,9 +97,20 @@ class Checkpoint:
     counters: dict[str, Any] = field(default_factory=dict)
     created: float = 0.0
     service_version: str = ""
+    path: Path | None = None
+    """The file it was loaded from (None when decoded from bytes)."""
+    _rebuilt: Any = field(default=None, init=False, repr=False, compare=False)
 
     def engine(self) -> Any:
-        """Rebuild the :class:`streammom.StreamingHierarchy` of this checkpoint."""
+        """The :class:`streammom.StreamingHierarchy` of this checkpoint.
+
+        Rebuilt from the archive on every call, except that the first call after
+        :meth:`CheckpointStore.load` hands over the engine ``load`` already rebuilt to validate
+        the file (once: two calls never return the same instance).
+        """
+        if self._rebuilt is not None:
+            engine, self._rebuilt = self._rebuilt, None
+            return engine
         from streammom import StreamingHierarchy
 
         return StreamingHierarchy.from_archive(self.engine_manifest, self.engine_arrays)
@@ -144,7 +185,11 @@ class CheckpointStore:
         """Write ``data`` atomically as the current checkpoint, keeping the previous one.
 
         A crash between the two steps leaves only ``checkpoint.prev.smm``, which :meth:`load`
-        falls back to; a crash inside :func:`atomic_write_bytes` leaves the old file intact.
+        falls back to; a crash inside :func:`atomic_write_bytes` leaves at most a temp file
+        (removed at the next start by :meth:`remove_stale_temp_files`). A write error is
+        raised as :class:`OSError` and leaves the same state as such a crash: the last good
+        checkpoint is ``checkpoint.prev.smm`` (a retry does not rotate again while the current
+        file is missing, so it is kept).
         """
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
@@ -153,24 +198,103 @@ class CheckpointStore:
         return self.path
 
     def load(self) -> Checkpoint | None:
-        """The newest readable checkpoint, or None if there is none.
+        """The newest *valid* checkpoint — its engine already rebuilt — or None if there is none.
 
-        Raises :class:`SnapshotFormatError` only if checkpoint files exist but none is valid
+        A file that cannot be read, decoded or rebuilt into an engine (any exception: bad CRC,
+        corrupt deflate data, truncation, arrays of inconsistent shapes …) is logged at error
+        level and skipped; falling back to ``checkpoint.prev.smm`` is logged as a warning. The
+        returned checkpoint's :attr:`~Checkpoint.path` names the file actually used.
+
+        Raises :class:`NoValidCheckpointError` if checkpoint files exist but none is valid
         (starting from scratch would silently double-count the replayed input).
         """
         errors: list[str] = []
         for path in (self.path, self.previous):
-            if not path.exists():
-                continue
             try:
+                if not path.exists():
+                    continue
                 ckpt = decode_checkpoint(path)
-            except (SnapshotFormatError, OSError) as exc:
-                _log.error("unreadable checkpoint", extra={"path": str(path), "error": str(exc)})
-                errors.append(f"{path}: {exc}")
+                ckpt._rebuilt = ckpt.engine()
+            except Exception as exc:  # any failure to read or rebuild means "invalid"
+                reason = _describe(exc)
+                _log.error("invalid checkpoint file; ignoring it",
+                           extra={"path": str(path), "error": reason})
+                errors.append(f"{path}: {reason}")
                 continue
+            ckpt.path = path
             if path == self.previous:
-                _log.warning("using the previous checkpoint", extra={"path": str(path)})
+                _log.warning(
+                    "falling back to the previous checkpoint: the events since it are replayed",
+                    extra={"path": str(path), "skipped": errors or [f"{self.path}: missing"]},
+                )
             return ckpt
         if errors:
-            raise SnapshotFormatError("no valid checkpoint: " + "; ".join(errors))
+            raise NoValidCheckpointError(
+                f"no valid checkpoint in {self.directory}: " + "; ".join(errors))
         return None
+
+    def check_writable(self) -> None:
+        """Start-up check: the directory can be created and a probe file written, fsynced and
+        removed; else :class:`CheckpointDirError` naming the directory and the OS error.
+
+        Catches a missing mount, a path under a regular file, a read-only or full file system
+        before any input is consumed (rather than at the first checkpoint).
+        """
+        probe = self.directory / _PROBE_NAME
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with open(probe, "wb") as fh:
+                fh.write(b"\0" * _PROBE_BYTES)
+                fh.flush()
+                os.fsync(fh.fileno())
+            probe.unlink()
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                probe.unlink()
+            raise CheckpointDirError(
+                f"checkpoint directory {self.directory} is not usable: {_describe(exc)}"
+            ) from exc
+
+    def remove_stale_temp_files(self) -> tuple[int, int]:
+        """Remove the temp files of checkpoint writes killed mid-way; ``(files, bytes)``.
+
+        Only names of the exact temp form of :func:`atomic_write_bytes` for
+        ``checkpoint.smm`` / ``checkpoint.prev.smm`` in this directory are touched (see
+        :func:`~streammom.serialization.atomic_temp_files`). Call it at start-up only, before
+        the first write. Failures to remove are logged, never raised.
+        """
+        files = size = 0
+        for target in (self.path, self.previous):
+            try:
+                stale = atomic_temp_files(target)
+            except OSError as exc:
+                _log.warning("cannot list the checkpoint directory",
+                             extra={"dir": str(self.directory), "error": _describe(exc)})
+                return files, size
+            for tmp in stale:
+                try:
+                    n = tmp.lstat().st_size
+                    tmp.unlink()
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    _log.warning("cannot remove a stale temp file",
+                                 extra={"path": str(tmp), "error": _describe(exc)})
+                    continue
+                files += 1
+                size += n
+        if files:
+            _log.warning("removed stale temp files of an interrupted checkpoint write",
+                         extra={"dir": str(self.directory), "files": files, "bytes": size})
+        return files, size
+
+
+def _describe(exc: BaseException) -> str:
+    """One line: ``"<type>: <message>"`` (the message alone for our own format errors)."""
+    message = " ".join(str(exc).split()) or repr(exc)
+    if isinstance(exc, SnapshotFormatError | CheckpointDirError):
+        return message
+    kind = type(exc)
+    module = kind.__module__.rsplit(".", 1)[-1]
+    name = kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+    return f"{name}: {message}"

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -62,10 +62,32 @@ class KafkaSettings(_Section):
     heartbeat_interval_ms: int = Field(default=1000, ge=100)
     max_poll_interval_ms: int = Field(default=300_000, ge=1000)
     request_timeout_ms: int = Field(default=30_000, ge=1000)
+    broker_probe_timeout_ms: int = Field(
+        default=5000,
+        ge=500,
+        description=(
+            "/readyz reports the broker down when a group heartbeat sent to it has had no "
+            "response for this long (a frozen broker still accepts TCP connections)"
+        ),
+    )
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = (
+        Field(default=None, description="needs security_protocol SASL_PLAINTEXT or SASL_SSL")
+    )
+    sasl_username: str | None = Field(default=None, description="PLAIN and SCRAM only")
+    sasl_password: SecretStr | None = Field(default=None, description="PLAIN and SCRAM only")
+    sasl_oauth_token_file: Path | None = Field(
+        default=None,
+        description="OAUTHBEARER: file holding the access token, re-read at every "
+        "authentication (kept fresh by a sidecar or a projected volume)",
+    )
+    ssl_cafile: Path | None = Field(default=None, description="CA bundle (PEM) of the brokers")
+    ssl_certfile: Path | None = Field(default=None, description="client certificate (PEM), mTLS")
+    ssl_keyfile: Path | None = Field(default=None, description="client private key (PEM)")
+    ssl_password: SecretStr | None = Field(default=None, description="password of ssl_keyfile")
+    ssl_check_hostname: bool = Field(
+        default=True, description="check the broker certificate's host name"
+    )
     compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = "gzip"
     linger_ms: int = Field(default=5, ge=0)
     max_request_size: int = Field(default=1_048_576, ge=1024)
@@ -73,6 +95,52 @@ class KafkaSettings(_Section):
     create_topics: bool = Field(default=True, description="create missing topics at start")
     topic_partitions: int = Field(default=1, ge=1, description="partitions of created topics")
     replication_factor: int = Field(default=1, ge=1)
+
+    @field_validator("sasl_mechanism", mode="before")
+    @classmethod
+    def _upper_mechanism(cls, value: Any) -> Any:
+        """Mechanism names are case-insensitive (``plain`` = ``PLAIN``)."""
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _check_security(self) -> KafkaSettings:
+        """Reject security settings that cannot work together (or would be silently ignored),
+        and missing TLS/token files, at load time rather than at the first connection."""
+        errors: list[str] = []
+        protocol, mechanism = self.security_protocol, self.sasl_mechanism
+        sasl = protocol.startswith("SASL_")
+        tls = protocol in ("SSL", "SASL_SSL")
+        if sasl and mechanism is None:
+            errors.append(f"security_protocol {protocol} needs sasl_mechanism")
+        if mechanism is not None and not sasl:
+            errors.append(f"sasl_mechanism {mechanism} needs security_protocol SASL_PLAINTEXT "
+                          f"or SASL_SSL (is {protocol})")
+        userpass = mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+        if userpass and (not self.sasl_username or self.sasl_password is None
+                         or not self.sasl_password.get_secret_value()):
+            errors.append(f"sasl_mechanism {mechanism} needs sasl_username and sasl_password")
+        if not userpass and (self.sasl_username is not None or self.sasl_password is not None):
+            errors.append("sasl_username/sasl_password are only used by sasl_mechanism PLAIN, "
+                          "SCRAM-SHA-256 or SCRAM-SHA-512")
+        if mechanism == "OAUTHBEARER" and self.sasl_oauth_token_file is None:
+            errors.append("sasl_mechanism OAUTHBEARER needs sasl_oauth_token_file")
+        if mechanism != "OAUTHBEARER" and self.sasl_oauth_token_file is not None:
+            errors.append("sasl_oauth_token_file is only used by sasl_mechanism OAUTHBEARER")
+        ssl_set = [name for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
+                   if getattr(self, name) is not None]
+        if ssl_set and not tls:
+            errors.append(f"{', '.join(ssl_set)} need security_protocol SSL or SASL_SSL "
+                          f"(is {protocol})")
+        if self.ssl_certfile is None and (self.ssl_keyfile is not None
+                                          or self.ssl_password is not None):
+            errors.append("ssl_keyfile/ssl_password need ssl_certfile")
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "sasl_oauth_token_file"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                errors.append(f"{name}: no such file: {path}")
+        if errors:
+            raise ValueError("kafka: " + "; ".join(errors))
+        return self
 
 
 class TopicsSettings(_Section):
@@ -110,6 +178,16 @@ class CheckpointSettings(_Section):
     dir: Path = Path("/var/lib/streammom")
     every_events: int = Field(default=50_000, ge=1)
     every_seconds: float = Field(default=30.0, gt=0)
+    on_lost_state: Literal["rebuild", "refuse", "resume"] = Field(
+        default="rebuild",
+        description=(
+            "no checkpoint but the consumer group has committed offsets (the state was lost): "
+            "rebuild = re-learn the input from its earliest retained offsets (the state then "
+            "counts every retained event once); refuse = exit 2 and leave it to the operator; "
+            "resume = continue from the committed offsets with a fresh model (events before "
+            "them are never learned)"
+        ),
+    )
 
 
 class HttpSettings(_Section):
@@ -130,11 +208,33 @@ class LimitsSettings(_Section):
     max_code_length: int = Field(default=64, ge=1)
     max_id_length: int = Field(default=256, ge=1)
     max_count_value: int = Field(default=1_000_000, ge=1)
+    min_ts: float = Field(
+        default=0.0, description="earliest accepted event time, epoch seconds (1970-01-01)"
+    )
+    max_ts: float = Field(
+        default=4_102_444_800.0,
+        description="latest accepted event time, epoch seconds (2100-01-01): epoch "
+        "milliseconds sent as seconds are far beyond it and are rejected",
+    )
+
+    @model_validator(mode="after")
+    def _ts_window(self) -> LimitsSettings:
+        if not self.min_ts < self.max_ts:
+            raise ValueError(f"limits.min_ts ({self.min_ts}) must be < max_ts ({self.max_ts})")
+        return self
 
 
 class WorkerSettings(_Section):
     """The consume loop."""
 
+    id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._-]{1,128}$",
+        description=(
+            "this worker's identity; its models-topic key is '<model.name>/<id>'. Default: "
+            "kafka.group_instance_id, else an id kept in the checkpoint directory (worker.id)"
+        ),
+    )
     batch_max_records: int = Field(default=2000, ge=1)
     poll_timeout_s: float = Field(default=0.5, gt=0, le=1.0)
     model_publish_interval_s: float = Field(default=60.0, gt=0)

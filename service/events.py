@@ -7,9 +7,13 @@ Two event types share one JSON object shape, discriminated by ``type``::
     {"type": "document", "id": "d1", "entity_id": "u7", "ts": 1767323045.0,
      "tokens": ["heart", "failure"]}                    # or "counts": {"heart": 2}
 
-``ts`` is an RFC 3339 timestamp (with offset) or epoch seconds; both become a float of epoch
-seconds. Types are strict (no "1" for 1), extra fields are forbidden, and the size limits come
-from :class:`service.config.LimitsSettings`.
+``ts`` is either an RFC 3339 timestamp string with an offset (``"2026-01-02T03:04:05Z"``) or a
+JSON *number* of epoch **seconds**; both become a float of epoch seconds. Nothing else: a
+numeric string (``"1767225600"``) is rejected, as is any time outside
+``[limits.min_ts, limits.max_ts]`` (1970 to 2100 by default — so epoch milliseconds sent as a
+number, which land in the year ~57,970, are rejected rather than misread). Types are strict (no
+"1" for 1), extra fields are forbidden, and the size limits come from
+:class:`service.config.LimitsSettings`.
 
 :class:`EventDecoder` turns raw message bytes into an event or a :class:`Rejection` whose
 ``reason`` is one of :data:`REJECT_REASONS` (the ``reason`` label of
@@ -21,6 +25,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -29,6 +35,7 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -63,17 +70,51 @@ REJECT_REASONS: tuple[str, ...] = (
 _ERROR_TEXT_MAX = 512
 
 
-def _to_epoch(value: float | int | datetime) -> float:
-    if isinstance(value, datetime):
-        return value.timestamp()
-    out = float(value)
-    if not math.isfinite(out) or out < 0:
-        raise ValueError("ts must be a finite, non-negative number of epoch seconds")
-    return out
+_RFC3339_PREFIX = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+_TS_HELP = ("ts must be an RFC 3339 timestamp with offset (e.g. 2026-01-02T03:04:05Z) or a JSON "
+            "number of epoch seconds")
 
 
-#: RFC 3339 string (with offset) or epoch seconds, normalised to float epoch seconds.
-Timestamp = Annotated[float | int | AwareDatetime, AfterValidator(_to_epoch)]
+def _parse_rfc3339(value: Any) -> Any:
+    """Parse a ``ts`` string as an RFC 3339 date-time with offset, here rather than in
+    pydantic's datetime parser, which would read ``"1767225600"`` as seconds and
+    ``"1767225600000"`` as milliseconds. Numbers pass through unchanged."""
+    if not isinstance(value, str):
+        return value
+    if not _RFC3339_PREFIX.match(value):
+        raise ValueError(f"{_TS_HELP}; got the string {value[:40]!r}")
+    try:
+        parsed = datetime.fromisoformat(value[:-1] + "Z" if value.endswith("z") else value)
+    except ValueError:
+        raise ValueError(f"{_TS_HELP}; {value[:40]!r} is not a valid date-time") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"{_TS_HELP}; {value[:40]!r} has no offset (add Z or +HH:MM)")
+    return parsed
+
+
+def _epoch_seconds(min_ts: float, max_ts: float) -> Callable[[float | int | datetime], float]:
+    """The validator normalising ``ts`` to float epoch seconds within ``[min_ts, max_ts]``.
+
+    Integers are compared before any conversion (a 400-digit integer must be rejected, not
+    overflow ``float()``).
+    """
+
+    def to_epoch(value: float | int | datetime) -> float:
+        if isinstance(value, datetime):
+            out = value.timestamp()
+        elif isinstance(value, int) and not min_ts <= value <= max_ts:
+            out = math.inf
+        else:
+            out = float(value)
+        if not (math.isfinite(out) and min_ts <= out <= max_ts):
+            shown = str(value)[:40]
+            raise ValueError(
+                f"ts {shown} is outside the accepted window [{min_ts:.0f}, {max_ts:.0f}] "
+                "epoch seconds (1970 to 2100 by default); ts is in seconds, not milliseconds"
+            )
+        return out
+
+    return to_epoch
 
 
 class _EventBase(BaseModel):
@@ -131,6 +172,11 @@ def event_adapter(limits: LimitsSettings | None = None) -> TypeAdapter[Any]:
     Ident = Annotated[str, StringConstraints(min_length=1, max_length=lim.max_id_length)]
     Code = Annotated[str, StringConstraints(min_length=1, max_length=lim.max_code_length)]
     Count = Annotated[int, Field(ge=0, le=lim.max_count_value)]
+    Timestamp = Annotated[
+        float | int | AwareDatetime,
+        BeforeValidator(_parse_rfc3339),
+        AfterValidator(_epoch_seconds(lim.min_ts, lim.max_ts)),
+    ]
 
     class Encounter(EncounterEvent):
         model_config = ConfigDict(title="EncounterEvent")
@@ -165,7 +211,8 @@ def event_json_schema(limits: LimitsSettings | None = None) -> dict[str, Any]:
     schema["title"] = "streammom event"
     schema["description"] = (
         "One input event (a JSON object per Kafka message or JSONL line). 'ts' is an "
-        "RFC 3339 timestamp with offset or epoch seconds."
+        "RFC 3339 timestamp string with offset, or a JSON number of epoch seconds (not a "
+        "numeric string, not milliseconds), between 1970 and 2100 by default."
     )
     return schema
 
@@ -216,14 +263,17 @@ class EventDecoder:
             return Rejection("not_utf8", str(exc)[:_ERROR_TEXT_MAX])
         try:
             event = self._adapter.validate_json(raw)
+            empty = not event.features() or (
+                event.type == "document"
+                and event.counts is not None
+                and not any(event.counts.values())
+            )
         except ValidationError as exc:
             reason = _classify(exc)
             return Rejection(reason, _summarise(exc))
-        if not event.features() or (
-            event.type == "document"
-            and event.counts is not None
-            and not any(event.counts.values())
-        ):
+        except Exception as exc:  # one message must never stop the loop: dead-letter it
+            return Rejection("schema", f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_MAX])
+        if empty:
             return Rejection("empty", f"event {event.id!r} has no features")
         return event
 

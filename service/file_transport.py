@@ -132,6 +132,14 @@ class FileSource:
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Nothing to commit to: the checkpoint holds the line number."""
 
+    def topic_id(self) -> str | None:
+        """A file has no topic id (a replaced file is not detected)."""
+        return None
+
+    def committed(self) -> dict[TopicPartition, int]:
+        """Files have no consumer group: nothing is ever committed."""
+        return {}
+
     def lag(self) -> dict[TopicPartition, int]:
         return {self._tp: 0} if self.exhausted else {}
 

@@ -8,18 +8,27 @@
 * :class:`KafkaSink` — a ``KafkaProducer`` with ``acks="all"``, idempotence and compression.
   Messages are kept until the broker acknowledged them; failed or unsent ones are re-sent by the
   next :meth:`KafkaSink.flush` (so an outage delays outputs but never drops them).
-* :func:`ensure_topics` — create missing topics (the models topic compacted).
+* :func:`ensure_topics` — create missing topics (the models topic compacted);
+  :func:`verify_connection` — one bootstrap round trip (start-up check of address/credentials).
 
 Every kafka-python error surfaces as :class:`service.transport.TransportError` (retried by the
 worker with backoff); the client is created lazily and re-created after a failed bootstrap.
+Security settings (TLS files, SASL PLAIN/SCRAM/OAUTHBEARER) reach every client the same way
+(:func:`client_security_kwargs`). A rejected login is :class:`AuthenticationError` (a
+``TransportError`` too): kafka-python only logs it and retries until its bootstrap times out with
+a bare ``KafkaTimeoutError``, so every client is built with a ``kafka_client`` factory that
+watches its connections' outcomes (:class:`_AuthWatch`).
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -36,37 +45,213 @@ from service.transport import (
     TransportError,
 )
 
-__all__ = ["KafkaSink", "KafkaSource", "ensure_topics"]
+try:  # kafka-python 3.0.x
+    from kafka.net.compat import KafkaNetClient as _NetClient
+except ImportError:  # another client version: no connection watching (errors stay generic)
+    _NetClient = None
+try:
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+except ImportError:  # kafka-python 2.x
+    from kafka.sasl.oauth import AbstractTokenProvider  # type: ignore[no-redef]
+
+__all__ = [
+    "AuthenticationError",
+    "KafkaSink",
+    "KafkaSource",
+    "TokenFileProvider",
+    "client_security_kwargs",
+    "ensure_topics",
+    "verify_connection",
+]
 
 _log = logging.getLogger("streammom.kafka")
 
+# Failures that retrying with the same settings cannot fix: the broker rejected the login, or
+# the TLS peer's certificate did not verify.
+_AUTH_ERRORS: tuple[type[BaseException], ...] = (
+    kerrors.SaslAuthenticationFailedError,
+    kerrors.UnsupportedSaslMechanismError,
+    kerrors.IllegalSaslStateError,
+    *(getattr(kerrors, name) for name in ("AuthenticationFailedError",)
+      if isinstance(getattr(kerrors, name, None), type)),
+    ssl.SSLCertVerificationError,
+)
 
-def _security(cfg: KafkaSettings) -> dict[str, Any]:
+
+class AuthenticationError(TransportError):
+    """The broker rejected the credentials (SASL) or the TLS handshake failed verification.
+
+    Still a :class:`TransportError` (callers that only retry keep working), but retrying with
+    the same settings cannot succeed: start-up exits with code 2, the running worker logs an
+    error. ``authentication_failed`` is the duck-typed marker the transport-agnostic worker
+    checks.
+    """
+
+    authentication_failed = True
+
+
+def is_authentication_error(exc: BaseException | None) -> bool:
+    """True if ``exc`` (or an exception it was raised from) is an authentication failure."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, (AuthenticationError, *_AUTH_ERRORS)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+class TokenFileProvider(AbstractTokenProvider):  # type: ignore[misc]
+    """OAUTHBEARER token provider: the token is the content of ``path``, read again at every
+    (re)authentication, so a sidecar or a projected volume can rotate it without a restart."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+
+    def token(self) -> str:
+        """The current access token (surrounding whitespace stripped)."""
+        token = self.path.read_text(encoding="utf-8").strip()
+        if not token:
+            raise ValueError(f"OAUTHBEARER token file is empty: {self.path}")
+        return token
+
+    def __repr__(self) -> str:
+        return f"TokenFileProvider({str(self.path)!r})"
+
+
+def client_security_kwargs(cfg: KafkaSettings) -> dict[str, Any]:
+    """The kafka-python keyword arguments of the security settings (same for every client).
+
+    TLS options only with ``SSL``/``SASL_SSL``; user/password only for PLAIN/SCRAM; OAUTHBEARER
+    gets a :class:`TokenFileProvider` (config validation guarantees the combinations).
+    """
     out: dict[str, Any] = {"security_protocol": cfg.security_protocol}
+    if cfg.security_protocol in ("SSL", "SASL_SSL"):
+        out["ssl_check_hostname"] = cfg.ssl_check_hostname
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(cfg, name)
+            if path is not None:
+                out[name] = str(path)
+        if cfg.ssl_password is not None:
+            out["ssl_password"] = cfg.ssl_password.get_secret_value()
     if cfg.sasl_mechanism:
         out["sasl_mechanism"] = cfg.sasl_mechanism
-        out["sasl_plain_username"] = cfg.sasl_username
-        out["sasl_plain_password"] = (
-            cfg.sasl_password.get_secret_value() if cfg.sasl_password is not None else None
-        )
+        if cfg.sasl_mechanism == "OAUTHBEARER":
+            if cfg.sasl_oauth_token_file is not None:
+                out["sasl_oauth_token_provider"] = TokenFileProvider(cfg.sasl_oauth_token_file)
+        else:
+            out["sasl_plain_username"] = cfg.sasl_username
+            out["sasl_plain_password"] = (
+                cfg.sasl_password.get_secret_value() if cfg.sasl_password is not None else None
+            )
     return out
+
+
+class _AuthWatch:
+    """Remembers the latest authentication failure of the connections of the clients built
+    through :meth:`client_factory` (kafka-python's documented ``kafka_client`` option).
+
+    kafka-python 3 only logs a rejected login and retries until the bootstrap times out, so
+    the failure is taken from each connection's ``init_future``; a connection that initialises
+    successfully clears it. It also keeps the clients it built, so a constructor that failed
+    can be closed (kafka-python leaves its IO thread running otherwise). Private kafka-python
+    attributes are guarded: another client version just gives no opinion.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.failure: BaseException | None = None
+        self._clients: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def reset(self) -> None:
+        """Forget an earlier failure (before a new construction attempt)."""
+        with self._lock:
+            self.failure = None
+
+    def observe(self, exc: BaseException) -> None:
+        """Record ``exc`` if it is an authentication failure (other errors say nothing)."""
+        if is_authentication_error(exc):
+            with self._lock:
+                self.failure = exc
+
+    def _succeeded(self, _value: Any) -> None:
+        with self._lock:
+            self.failure = None
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """``{"kafka_client": factory}`` for a kafka-python constructor, or ``{}``."""
+        return {} if _NetClient is None else {"kafka_client": self.client_factory}
+
+    def client_factory(self, **configs: Any) -> Any:
+        """Build the kafka-python network client and watch its connections."""
+        assert _NetClient is not None
+        client = _NetClient(**configs)
+        self._clients.add(client)
+        manager = getattr(client, "_manager", None)
+        get_connection = getattr(manager, "get_connection", None)
+        if get_connection is None:
+            return client
+        watched: weakref.WeakSet[Any] = weakref.WeakSet()
+
+        def watching_get_connection(*args: Any, **kwargs: Any) -> Any:
+            try:
+                conn = get_connection(*args, **kwargs)
+            except Exception as exc:  # e.g. kafka-python re-raising a cached auth failure
+                self.observe(exc)
+                raise
+            try:
+                if conn not in watched:
+                    watched.add(conn)
+                    future = conn.init_future
+                    future.add_errback(self.observe)
+                    future.add_callback(self._succeeded)
+            except (AttributeError, TypeError):  # another client version: no opinion
+                pass
+            return conn
+
+        manager.get_connection = watching_get_connection
+        return client
+
+    def close_clients(self) -> None:
+        """Close the network clients built so far (after a failed constructor)."""
+        for client in list(self._clients):
+            try:
+                client.close()
+            except Exception as exc:  # best effort
+                _log.debug("client close failed", extra={"error": repr(exc)})
+        self._clients = weakref.WeakSet()
+
+    def error(self, what: str, exc: BaseException) -> TransportError:
+        """``exc`` (a failed client call) as :class:`AuthenticationError` if a login was
+        rejected meanwhile, else as a plain :class:`TransportError`."""
+        failure = self.failure or (exc if is_authentication_error(exc) else None)
+        if failure is not None:
+            return AuthenticationError(f"{what}: authentication failed: {failure!r}")
+        return TransportError(f"{what}: {exc!r}")
+
+
+def _build(
+    what: str, factory: Callable[..., Any], watch: _AuthWatch, cfg: KafkaSettings,
+    **kwargs: Any,
+) -> Any:
+    """``factory(**kwargs, security, kafka_client)``; a failure → :meth:`_AuthWatch.error`."""
+    watch.reset()
+    try:
+        return factory(**kwargs, **client_security_kwargs(cfg), **watch.client_kwargs())
+    except kerrors.KafkaError as exc:
+        watch.close_clients()
+        raise watch.error(what, exc) from exc
 
 
 def ensure_topics(cfg: KafkaSettings, topics: TopicsSettings) -> list[str]:
     """Create the missing input/output topics; the models topic with ``cleanup.policy=compact``.
 
-    Returns the names created. Raises :class:`TransportError` when the broker is unreachable.
+    Returns the names created. Raises :class:`TransportError` when the broker is unreachable,
+    :class:`AuthenticationError` when it rejects the credentials.
     """
-    try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=cfg.bootstrap_servers,
-            client_id=f"{cfg.client_id}-admin",
-            request_timeout_ms=cfg.request_timeout_ms,
-            bootstrap_timeout_ms=cfg.max_block_ms,
-            **_security(cfg),
-        )
-    except kerrors.KafkaError as exc:
-        raise TransportError(f"admin client: {exc!r}") from exc
+    watch = _AuthWatch()
+    admin = _admin(cfg, watch)
     try:
         existing = set(admin.list_topics())
         wanted: dict[str, dict[str, Any]] = {}
@@ -86,9 +271,32 @@ def ensure_topics(cfg: KafkaSettings, topics: TopicsSettings) -> list[str]:
             _log.info("created topics", extra={"topics": sorted(missing)})
         return sorted(missing)
     except kerrors.KafkaError as exc:
-        raise TransportError(f"ensure topics: {exc!r}") from exc
+        raise watch.error("ensure topics", exc) from exc
     finally:
         admin.close()
+
+
+def _admin(cfg: KafkaSettings, watch: _AuthWatch) -> Any:
+    return _build(
+        "admin client",
+        KafkaAdminClient,
+        watch,
+        cfg,
+        bootstrap_servers=cfg.bootstrap_servers,
+        client_id=f"{cfg.client_id}-admin",
+        request_timeout_ms=cfg.request_timeout_ms,
+        bootstrap_timeout_ms=cfg.max_block_ms,
+    )
+
+
+def verify_connection(cfg: KafkaSettings) -> None:
+    """Bootstrap an admin client once (bounded by ``max_block_ms``) and close it: a start-up
+    check that the brokers answer and accept the credentials.
+
+    Raises :class:`AuthenticationError` if a login was rejected, :class:`TransportError` if
+    the brokers could not be reached.
+    """
+    _admin(cfg, _AuthWatch()).close()
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -123,31 +331,38 @@ class KafkaSource:
         self._last_commit: dict[Any, Any] | None = None
         self._down_since: float | None = None
         self._commit_error: BaseException | None = None
+        self._probe_timeout_s = cfg.broker_probe_timeout_ms / 1000
+        self._auth = _AuthWatch()
+        self.probe_error: TransportError | None = None  # why connected() is False (the log)
 
     # -------------------------------------------------------------- lifecycle
     def _ensure(self) -> KafkaConsumer:
         if self._consumer is not None:
             return self._consumer
         cfg = self.cfg
+        consumer = _build(
+            "consumer",
+            KafkaConsumer,
+            self._auth,
+            cfg,
+            bootstrap_servers=cfg.bootstrap_servers,
+            group_id=cfg.group_id,
+            group_instance_id=cfg.group_instance_id,
+            client_id=cfg.client_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+            max_poll_interval_ms=cfg.max_poll_interval_ms,
+            request_timeout_ms=max(cfg.request_timeout_ms, cfg.session_timeout_ms + 1000),
+            max_poll_records=self.max_poll_records,
+            bootstrap_timeout_ms=cfg.max_block_ms,
+            reconnect_backoff_max_ms=2000,
+        )
         try:
-            consumer = KafkaConsumer(
-                bootstrap_servers=cfg.bootstrap_servers,
-                group_id=cfg.group_id,
-                group_instance_id=cfg.group_instance_id,
-                client_id=cfg.client_id,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                session_timeout_ms=cfg.session_timeout_ms,
-                heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-                max_poll_interval_ms=cfg.max_poll_interval_ms,
-                request_timeout_ms=max(cfg.request_timeout_ms, cfg.session_timeout_ms + 1000),
-                max_poll_records=self.max_poll_records,
-                bootstrap_timeout_ms=cfg.max_block_ms,
-                reconnect_backoff_max_ms=2000,
-                **_security(cfg),
-            )
             consumer.subscribe([self.topic], listener=_Listener(self))
         except kerrors.KafkaError as exc:
+            consumer.close(autocommit=False)
             raise TransportError(f"consumer: {exc!r}") from exc
         self._consumer = consumer
         return consumer
@@ -251,6 +466,35 @@ class KafkaSource:
         if isinstance(response, BaseException):
             self._commit_error = response
 
+    def topic_id(self) -> str | None:
+        """The input topic's UUID from the cluster metadata (MetadataResponse v10+, Kafka ≥ 2.8;
+        None on older brokers or an unknown topic)."""
+        consumer = self._ensure()
+        try:
+            if not consumer.partitions_for_topic(self.topic):
+                return None
+            tid = consumer._client.cluster.topic_id(self.topic)
+        except AttributeError:  # another client version: no topic ids
+            return None
+        except kerrors.KafkaError as exc:
+            raise TransportError(f"topic metadata: {exc!r}") from exc
+        return None if tid is None or int(tid) == 0 else str(tid)  # 0: Kafka's "no id"
+
+    def committed(self) -> dict[TopicPartition, int]:
+        """The group's committed offsets for every partition of the input topic (blocking,
+        bounded by ``request_timeout_ms`` per partition; start-up only)."""
+        consumer = self._ensure()
+        timeout_ms = self.cfg.request_timeout_ms
+        out: dict[TopicPartition, int] = {}
+        try:
+            for p in sorted(consumer.partitions_for_topic(self.topic)):
+                offset = consumer.committed(KafkaTP(self.topic, p), timeout_ms=timeout_ms)
+                if offset is not None and offset >= 0:
+                    out[(self.topic, p)] = int(offset)
+        except kerrors.KafkaError as exc:
+            raise TransportError(f"committed offsets: {exc!r}") from exc
+        return out
+
     def lag(self) -> dict[TopicPartition, int]:
         if self._consumer is None:
             return {}
@@ -266,30 +510,79 @@ class KafkaSource:
         return out
 
     def connected(self) -> bool:
-        """Best-effort and non-blocking: is the group coordinator known and connected?
+        """Best-effort and non-blocking: does the group coordinator answer?
 
-        Reads kafka-python's coordinator id and connection state (private API, guarded, and
-        free of side effects — ``coordinator_unknown()`` would mark a still-connecting
-        coordinator dead). Reports False only after 1 s of continuous disconnection, so a
-        reconnect in progress does not flap readiness.
+        False when the coordinator is unknown or disconnected, or when a group heartbeat sent
+        to it has had no response for ``broker_probe_timeout_ms`` — a frozen broker (SIGSTOP,
+        a stuck JVM) keeps its TCP connections open, so the connection state alone stays
+        "connected" until the request times out (``request_timeout_ms``, 30 s+). The heartbeat
+        runs every ``heartbeat_interval_ms`` on kafka-python's IO thread, whatever the worker
+        loop is doing, so this costs no request of its own and blocks nothing.
+
+        Reads kafka-python's coordinator and heartbeat state (private API, guarded: another
+        client version gives no opinion; free of side effects — ``coordinator_unknown()`` would
+        mark a still-connecting coordinator dead). Reports False only after 1 s of continuous
+        trouble, so a reconnect in progress does not flap readiness; :attr:`probe_error` says
+        what is wrong (an :class:`AuthenticationError` if a reconnection's login was rejected).
         """
         consumer = self._consumer
-        if consumer is None:
-            return False
-        try:
-            node = consumer._coordinator.coordinator_id
-            up = node is not None and bool(consumer._client.connected(node))
-        except AttributeError:  # another client version: no opinion
-            return True
-        except Exception:
-            up = False
+        failure = self._auth.failure
+        if failure is not None:
+            error: TransportError | None = AuthenticationError(
+                f"authentication failed: {failure!r}")
+        else:
+            detail = "consumer not created yet" if consumer is None else (
+                _coordinator_problem(consumer)
+                or _heartbeat_problem(consumer, self._probe_timeout_s)
+            )
+            error = None if detail is None else TransportError(detail)
+        self.probe_error = error
         now = time.monotonic()
-        if up:
+        if error is None:
             self._down_since = None
             return True
+        if consumer is None:
+            return False
         if self._down_since is None:
             self._down_since = now
         return now - self._down_since < 1.0
+
+
+def _coordinator_problem(consumer: Any) -> str | None:
+    """Why the group coordinator is not usable (unknown, disconnected), or None."""
+    try:
+        coordinator = consumer._coordinator
+        client = consumer._client
+        node = coordinator.coordinator_id
+        if node is None:
+            return "group coordinator unknown"
+        if not client.connected(node):
+            return f"not connected to the group coordinator (node {node})"
+    except AttributeError:  # another client version: no opinion
+        return None
+    except Exception as exc:
+        return f"coordinator state unavailable: {exc!r}"
+    return None
+
+
+def _heartbeat_problem(consumer: Any, timeout_s: float) -> str | None:
+    """A heartbeat is in flight without a response for more than ``timeout_s``, or None.
+
+    kafka-python's ``Heartbeat`` records ``last_send`` before a request and ``last_receive``
+    after its response; a heartbeat disabled by a rebalance (partitions revoked anyway) or a
+    missing attribute (another client version) gives no opinion.
+    """
+    try:
+        coordinator = consumer._coordinator
+        beat = coordinator.heartbeat
+        sent, received = float(beat.last_send), float(beat.last_receive)
+        enabled = bool(getattr(coordinator, "_heartbeat_enabled", True))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    waited = time.monotonic() - sent
+    if enabled and sent > received and waited > timeout_s:
+        return f"no response to a group heartbeat for {waited:.1f} s"
+    return None
 
 
 class KafkaSink:
@@ -301,30 +594,31 @@ class KafkaSink:
         self._inflight: list[tuple[Any, tuple[str, bytes | None, bytes | None, Headers]]] = []
         self._unsent: list[tuple[str, bytes | None, bytes | None, Headers]] = []
         self._closed = False
+        self._auth = _AuthWatch()
 
     def _ensure(self) -> KafkaProducer:
         if self._producer is not None:
             return self._producer
         cfg = self.cfg
-        try:
-            self._producer = KafkaProducer(
-                bootstrap_servers=cfg.bootstrap_servers,
-                client_id=f"{cfg.client_id}-producer",
-                acks="all",
-                enable_idempotence=True,
-                compression_type=cfg.compression_type,
-                linger_ms=cfg.linger_ms,
-                batch_size=256 * 1024,
-                max_request_size=cfg.max_request_size,
-                max_block_ms=cfg.max_block_ms,
-                request_timeout_ms=cfg.request_timeout_ms,
-                delivery_timeout_ms=max(120_000, cfg.request_timeout_ms + cfg.linger_ms + 1),
-                bootstrap_timeout_ms=cfg.max_block_ms,
-                reconnect_backoff_max_ms=2000,
-                **_security(cfg),
-            )
-        except kerrors.KafkaError as exc:
-            raise TransportError(f"producer: {exc!r}") from exc
+        self._producer = _build(
+            "producer",
+            KafkaProducer,
+            self._auth,
+            cfg,
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=f"{cfg.client_id}-producer",
+            acks="all",
+            enable_idempotence=True,
+            compression_type=cfg.compression_type,
+            linger_ms=cfg.linger_ms,
+            batch_size=256 * 1024,
+            max_request_size=cfg.max_request_size,
+            max_block_ms=cfg.max_block_ms,
+            request_timeout_ms=cfg.request_timeout_ms,
+            delivery_timeout_ms=max(120_000, cfg.request_timeout_ms + cfg.linger_ms + 1),
+            bootstrap_timeout_ms=cfg.max_block_ms,
+            reconnect_backoff_max_ms=2000,
+        )
         return self._producer
 
     def _send(self, msg: tuple[str, bytes | None, bytes | None, Headers]) -> None:
@@ -360,6 +654,8 @@ class KafkaSink:
                         _drop(msg, exc)
                         continue
                     self._unsent = unsent[i:]
+                    if isinstance(exc, AuthenticationError):
+                        raise
                     raise TransportError(f"send: {exc!r}") from exc
         if not self._inflight:
             return
@@ -405,7 +701,10 @@ class KafkaSink:
 
 def _retriable(exc: BaseException | None) -> bool:
     """Everything is retried except a broker's definitive, non-retriable answer about a message
-    (e.g. ``MessageSizeTooLargeError``, ``InvalidTopicError``, authorisation failures)."""
+    (e.g. ``MessageSizeTooLargeError``, ``InvalidTopicError``, authorisation failures). A
+    rejected login is about the connection, not the message: kept and retried."""
+    if is_authentication_error(exc):
+        return True
     if isinstance(exc, kerrors.BrokerResponseError):
         return bool(getattr(exc, "retriable", False))
     return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 import zlib
 from collections.abc import Mapping
 
@@ -29,6 +30,7 @@ class MemoryBroker:
 
     def __init__(self) -> None:
         self.topics: dict[str, list[list[Record]]] = {}
+        self.topic_ids: dict[str, str] = {}
         self.committed: dict[str, dict[TopicPartition, int]] = {}
         self.down = False
         self.commit_log: list[tuple[str, dict[TopicPartition, int]]] = []
@@ -41,7 +43,16 @@ class MemoryBroker:
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         """Create ``topic`` (no-op if it exists)."""
         with self._lock:
-            self.topics.setdefault(topic, [[] for _ in range(partitions)])
+            if topic not in self.topics:
+                self.topics[topic] = [[] for _ in range(partitions)]
+                self.topic_ids[topic] = uuid.uuid4().hex
+
+    def recreate_topic(self, topic: str, partitions: int = 1) -> None:
+        """Delete ``topic`` and create it again, empty and with a new id (as Kafka does)."""
+        with self._lock:
+            self.topics.pop(topic, None)
+            self.topic_ids.pop(topic, None)
+        self.create_topic(topic, partitions)
 
     def append(
         self,
@@ -110,6 +121,8 @@ class MemorySource:
             p = (self._rr + i) % n
             tp = (self.topic, p)
             pos = self._positions[tp]
+            if pos > len(parts[p]):  # out of range: reset to earliest, as the Kafka source does
+                pos = 0
             take = parts[p][pos : pos + (max_records - len(out))]
             out.extend(take)
             self._positions[tp] = pos + len(take)
@@ -131,6 +144,16 @@ class MemorySource:
         with self.broker._lock:
             self.broker.committed.setdefault(self.group, {}).update(offsets)
             self.broker.commit_log.append((self.group, dict(offsets)))
+
+    def topic_id(self) -> str | None:
+        self.broker._check()
+        return self.broker.topic_ids.get(self.topic)
+
+    def committed(self) -> dict[TopicPartition, int]:
+        self.broker._check()
+        with self.broker._lock:
+            mine = self.broker.committed.get(self.group, {})
+            return {tp: off for tp, off in mine.items() if tp[0] == self.topic}
 
     def lag(self) -> dict[TopicPartition, int]:
         ends = self.broker.end_offsets(self.topic)

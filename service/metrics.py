@@ -82,6 +82,12 @@ class WorkerMetrics:
             "Unix time of the last checkpoint written.",
             registry=r,
         )
+        self.checkpoint_failures = Counter(
+            "streammom_checkpoint_failures",
+            "Checkpoint writes that failed (disk full, permission, I/O error); offsets are not "
+            "committed and readiness is false until one succeeds.",
+            registry=r,
+        )
         self.ready = Gauge(
             "streammom_ready",
             "1 when partitions are assigned, state is restored, a model exists and the broker "
@@ -91,6 +97,38 @@ class WorkerMetrics:
         self.assignments_published = Counter(
             "streammom_assignments_published",
             "Assignment messages produced (acknowledged or queued).",
+            registry=r,
+        )
+        self.offset_resets = Counter(
+            "streammom_offset_resets",
+            "Input partitions whose position was reset behind the state's offset (topic "
+            "recreated or log truncated).",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.lost_state = Counter(
+            "streammom_lost_state",
+            "Starts without a checkpoint although the consumer group had committed offsets, "
+            "by the policy applied (rebuild, resume).",
+            ["policy"],
+            registry=r,
+        )
+        self.vocabulary_tokens = Gauge(
+            "streammom_vocabulary_tokens", "Tokens (columns) in the vocabulary.", registry=r
+        )
+        self.vocabulary_capacity = Gauge(
+            "streammom_vocabulary_capacity_tokens",
+            "Most tokens the vocabulary can hold.",
+            registry=r,
+        )
+        self.vocabulary_oov = Counter(
+            "streammom_vocabulary_oov_tokens",
+            "Token occurrences dropped because they are not in the vocabulary (full or fixed).",
+            registry=r,
+        )
+        self.events_without_features = Counter(
+            "streammom_events_without_features",
+            "Valid events every token of which was out of vocabulary (assigned with no features).",
             registry=r,
         )
         self.build_info = Info("streammom_build", "Build information.", registry=r)

@@ -84,6 +84,16 @@ class Source(Protocol):
         """Records not yet read per assigned partition (where known, without blocking)."""
         ...
 
+    def topic_id(self) -> str | None:
+        """The input topic's unique id (Kafka's topic UUID, KIP-516): it changes when the topic
+        is deleted and recreated under the same name. None if unknown (blocking; start-up)."""
+        ...
+
+    def committed(self) -> dict[TopicPartition, int]:
+        """Offsets the consumer group has committed for the input's partitions (blocking;
+        called once at start-up, to tell a first start from a start whose state was lost)."""
+        ...
+
     def close(self) -> None:
         """Release resources (idempotent)."""
         ...

@@ -19,40 +19,64 @@ Delivery semantics (design §6):
   committed, so a committed offset never runs ahead of durable state (a partition missing from
   the checkpoint can safely fall back to the committed offset). Commits serve lag monitoring and
   tools; the in-process ``streammom_consumer_lag_records`` gauge is exact per batch.
+* **Where the state comes from is checked at start-up.** No checkpoint while the group has
+  committed offsets means the state was lost: ``checkpoint.on_lost_state`` rebuilds it from the
+  earliest retained offsets (default), refuses to start, or resumes
+  (:meth:`Worker._check_lost_state`). An input topic whose id changed since the checkpoint, or
+  whose log no longer holds the state's offset, is learned again from its earliest offset and
+  the offsets actually consumed are stored (:meth:`Worker._check_input_topic`,
+  :meth:`Worker._offset_reset`).
+* **Models are keyed per worker** (``<model.name>/<worker id>``); within a key
+  ``(model_epoch, model_version)`` only grows (:attr:`Worker.model_key`).
 * **Outputs: at least once.** A checkpoint is written only after the outputs of every event it
   covers were acknowledged; after a crash the events since the last checkpoint are replayed and
   their assignments produced again (same key, model version in the value and headers).
 * **Broker errors** are retried with exponential backoff (never dead-lettered, never fatal); the
   heartbeat keeps ``/healthz`` green while ``/readyz`` reports the outage.
+* **Checkpoint write errors** (disk full, permissions, I/O) never stop the loop: nothing is
+  committed, readiness is false, and the write is retried with backoff until it succeeds
+  (:meth:`Worker.checkpoint`). Damaged checkpoint files fall back to the previous one
+  (:meth:`~service.checkpoint.CheckpointStore.load`).
 * **Shutdown** (SIGTERM/SIGINT set a flag): finish the batch, flush, checkpoint, commit, close,
-  exit 0. If the outputs cannot be flushed within ``shutdown_timeout_s`` the worker exits 1
-  *without* a checkpoint, so those events are replayed on the next start.
+  exit 0. If the outputs cannot be flushed within ``shutdown_timeout_s``, or the final
+  checkpoint cannot be written, the worker exits 1 *without* a checkpoint or commit, so those
+  events are replayed on the next start.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
+import re
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from service.checkpoint import CheckpointStore, encode_checkpoint
+from service.checkpoint import CheckpointStore, NoValidCheckpointError, encode_checkpoint
 from service.config import ModelSettings, Settings
 from service.events import EventDecoder, Rejection
 from service.metrics import WorkerMetrics
 from service.transport import Record, Sink, Source, TopicPartition, TransportError
 from streammom import __version__, warm_up
+from streammom.serialization import atomic_write_bytes
 
-__all__ = ["BatchResult", "Worker", "build_engine", "encode_model_message"]
+__all__ = ["BatchResult", "StateLostError", "Worker", "build_engine", "encode_model_message"]
 
 _log = logging.getLogger("streammom.worker")
 _encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 _MODEL_CONTENT_TYPE = b"application/vnd.streammom.model+zip"
+#: Exit status when the state cannot be restored safely (no valid checkpoint, or a lost state
+#: under ``on_lost_state=refuse``): restarting will not help, the operator must act.
+EXIT_CANNOT_START = 2
+WORKER_ID_FILE = "worker.id"
+_WORKER_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 _MESSAGE_OVERHEAD = 4096  # record + batch headers, key, message headers
 
 
@@ -126,6 +150,14 @@ def assignment_values(events: list[Any], routing: Any) -> list[bytes]:
     return out
 
 
+class StateLostError(RuntimeError):
+    """The state was lost (no checkpoint, offsets committed) and ``on_lost_state=refuse``."""
+
+
+def _headers_size(headers: list[tuple[str, bytes]]) -> int:
+    return sum(len(name) + len(value or b"") for name, value in headers)
+
+
 @dataclass
 class BatchResult:
     """What one batch did (for tests and logs)."""
@@ -170,7 +202,11 @@ class Worker:
         self.topics = settings.topics
         self.engine: Any = None
         self.offsets: dict[TopicPartition, int] = {}
-        self.counters: dict[str, Any] = {"processed": 0, "rejected": {}, "assignments": 0}
+        self.counters: dict[str, Any] = {"processed": 0, "rejected": {}, "assignments": 0,
+                                         "model_epoch": int(time.time() * 1000)}
+        self.worker_id = ""
+        self._oov_seen = 0
+        self._vocabulary_full = False
         self.restored = False
         self.broker_ok = False
         self.heartbeat = time.monotonic()
@@ -180,6 +216,9 @@ class Worker:
         self._events_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self._checkpoint_requested = False
+        self.checkpoint_ok = True  # False while checkpoint writes fail (readiness "checkpoint")
+        self._checkpoint_failures = 0  # consecutive failed writes (retry backoff)
+        self._checkpoint_retry_at = 0.0  # monotonic time before which no retry is attempted
         self._published_version: int | None = None
         self._last_publish = 0.0
         self._last_lag_update = 0.0
@@ -198,8 +237,15 @@ class Worker:
     # ------------------------------------------------------------------ state
     def restore(self) -> None:
         """Load the compiled kernels and the newest checkpoint (or build a fresh engine), and
-        publish the metrics."""
+        publish the metrics.
+
+        Temp files of a checkpoint write killed mid-way are removed first. The checkpoint is
+        the newest *valid* one (:meth:`CheckpointStore.load`: a damaged ``checkpoint.smm``
+        falls back to ``checkpoint.prev.smm``); if checkpoint files exist but none is valid,
+        :class:`~service.checkpoint.NoValidCheckpointError` is raised (``run`` exits 2).
+        """
         _log.info("compiled kernels ready", extra={"seconds": round(warm_up(), 3)})
+        self.store.remove_stale_temp_files()
         ckpt = self.store.load()
         if ckpt is not None:
             self.engine = ckpt.engine()
@@ -210,7 +256,9 @@ class Worker:
                 "processed": int(ckpt.counters.get("processed", 0)),
                 "rejected": {str(k): int(v) for k, v in ckpt.counters.get("rejected", {}).items()},
                 "assignments": int(ckpt.counters.get("assignments", 0)),
+                "model_epoch": int(ckpt.counters.get("model_epoch", 0)),
             }
+            stored_topic_ids = ckpt.counters.get("input_topic_ids") or {}
             m = self.metrics
             m.events_processed.inc(self.counters["processed"])
             for reason, n in self.counters["rejected"].items():
@@ -219,17 +267,136 @@ class Worker:
             m.last_checkpoint.set(ckpt.created)
             _log.info(
                 "restored checkpoint",
-                extra={"path": str(self.store.path), "offsets": {f"{t}[{p}]": o for (t, p), o
-                                                                 in sorted(ckpt.offsets.items())},
+                extra={"path": str(ckpt.path or self.store.path),
+                       "offsets": {f"{t}[{p}]": o for (t, p), o in sorted(ckpt.offsets.items())},
                        "model_version": int(self.engine.model_version_)},
             )
         else:
             self.engine = self.engine_factory()
             _log.info("no checkpoint: starting from a fresh engine",
                       extra={"dir": str(self.store.directory)})
+            self._check_lost_state()
+            stored_topic_ids = {}
+        self._check_input_topic(stored_topic_ids)
+        self.worker_id = self._resolve_worker_id()
+        vocab = self.engine.vocabulary
+        self._oov_seen = int(vocab.oov_count)
+        self._vocabulary_full = False  # a full vocabulary is reported once per process
+        self.metrics.vocabulary_oov.inc(self._oov_seen)
+        self.metrics.vocabulary_tokens.set(len(vocab))
+        self.metrics.vocabulary_capacity.set(int(vocab.capacity))
         self._last_refit_marker = self._refit_marker()
         self._update_model_metrics()
         self.restored = True
+
+    def _resolve_worker_id(self) -> str:
+        """``worker.id``, else ``kafka.group_instance_id``, else the id kept in the checkpoint
+        directory (``worker.id``, created on first start): the suffix of this worker's
+        models-topic key, so several workers never overwrite each other's model."""
+        explicit = self.settings.worker.id or self.settings.kafka.group_instance_id
+        if explicit:
+            return explicit
+        path = self.store.directory / WORKER_ID_FILE
+        try:
+            kept = path.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            kept = ""
+        if _WORKER_ID.fullmatch(kept):
+            return kept
+        new_id = uuid.uuid4().hex[:12]
+        try:
+            atomic_write_bytes(path, new_id.encode("ascii") + b"\n")
+        except OSError as exc:
+            _log.warning("cannot keep the worker id in the checkpoint directory; using it for "
+                         "this run only", extra={"path": str(path), "error": str(exc)})
+        return new_id
+
+    def _check_lost_state(self) -> None:
+        """Apply ``checkpoint.on_lost_state`` when a start without a checkpoint finds offsets
+        committed by the consumer group.
+
+        Offsets are committed only after a checkpoint covering them was written, so committed
+        offsets without a checkpoint mean the state was lost (a wiped volume, a changed
+        ``checkpoint.dir``): the group's position belongs to a model that no longer exists.
+        ``rebuild`` (default) seeks every input partition to its earliest retained offset, so
+        the new state counts each retained event once; ``refuse`` raises
+        :class:`StateLostError` (exit 2); ``resume`` continues from the committed offsets with
+        a fresh model. Each is logged at error level (issue #12, item 6).
+        """
+        committed = self._committed_offsets()
+        if not committed:
+            return
+        policy = self.settings.checkpoint.on_lost_state
+        extra = {"dir": str(self.store.directory), "policy": policy,
+                 "committed": {f"{t}[{p}]": o for (t, p), o in sorted(committed.items())}}
+        if policy == "refuse":
+            _log.error("state lost: no checkpoint but the consumer group has committed offsets; "
+                       "refusing to start (checkpoint.on_lost_state=refuse)", extra=extra)
+            raise StateLostError(
+                f"no checkpoint in {self.store.directory} but consumer group "
+                f"{self.settings.kafka.group_id!r} has committed offsets: the state was lost; "
+                "restore the checkpoint directory, or set checkpoint.on_lost_state to "
+                "'rebuild' (re-learn from the earliest retained offsets) or 'resume'"
+            )
+        self.metrics.lost_state.labels(policy=policy).inc()
+        if policy == "rebuild":
+            _log.error("state lost: no checkpoint but the consumer group has committed offsets; "
+                       "rebuilding the state from the earliest retained offsets", extra=extra)
+            with self._lock:
+                self.offsets = dict.fromkeys(committed, 0)
+        else:
+            _log.error("state lost: no checkpoint but the consumer group has committed offsets; "
+                       "resuming from them with a fresh model (earlier events are not in it)",
+                       extra=extra)
+
+    def _committed_offsets(self) -> dict[TopicPartition, int]:
+        """The group's committed offsets for the input (``{}`` if the source has none)."""
+        return dict(self._ask_source("committed") or {})
+
+    def _check_input_topic(self, stored: Any) -> None:
+        """Compare the input topic's id with the one the checkpoint was taken on.
+
+        A topic deleted and recreated under the same name gets a new id (Kafka topic UUIDs,
+        KIP-516). The state's offsets then point into a log that no longer exists — whatever
+        the new log holds at those offsets are other events — so every partition of the
+        topic is learned again from its earliest offset (error-level log, counted in
+        ``streammom_offset_resets_total``). The current id is kept in the next checkpoint.
+        """
+        topic = self.topics.input
+        current = self._ask_source("topic_id")
+        if current is None:
+            return
+        before = stored.get(topic) if isinstance(stored, dict) else None
+        if before is not None and before != current:
+            with self._lock:
+                parts = sorted(tp for tp in self.offsets if tp[0] == topic)
+                old = {f"{t}[{p}]": self.offsets[(t, p)] for t, p in parts}
+                for tp in parts:
+                    self.offsets[tp] = 0
+            for t, p in parts:
+                self.metrics.offset_resets.labels(topic=t, partition=str(p)).inc()
+            _log.error("input topic recreated (its id changed since the checkpoint): learning "
+                       "it again from its earliest offsets",
+                       extra={"topic": topic, "checkpoint_topic_id": before,
+                              "topic_id": current, "state_offsets": old})
+        self.counters["input_topic_ids"] = {topic: current}
+
+    def _ask_source(self, method: str) -> Any:
+        """Call an optional start-up query of the source, retried with backoff while the broker
+        is down; None if the source lacks it or a stop is requested meanwhile."""
+        call = getattr(self.source, method, None)
+        if call is None:
+            return None
+        w = self.settings.worker
+        backoff = w.backoff_initial_s
+        while not self.stop_event.is_set():
+            try:
+                return call()
+            except TransportError as exc:
+                self._set_broker(False, exc)
+                self._backoff_sleep(backoff)
+                backoff = min(backoff * 2, w.backoff_max_s)
+        return None
 
     def _refit_marker(self) -> Any:
         return (getattr(self.engine, "last_refit_time_", None),
@@ -273,15 +440,19 @@ class Worker:
         return ok, {"heartbeat_age_seconds": round(age, 3)}
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """``/readyz``: ready when partitions are assigned, the state is restored, a model
+        exists, the broker is reachable and the last checkpoint write did not fail
+        (``checkpoint``: False from a failed write until one succeeds)."""
         assigned = bool(self.source.assignment())
         model = self.engine is not None and getattr(self.engine, "model_", None) is not None
-        ok = assigned and self.restored and model and self.broker_ok
+        ok = assigned and self.restored and model and self.broker_ok and self.checkpoint_ok
         self.metrics.ready.set(1 if ok else 0)
         return ok, {
             "assigned": assigned,
             "restored": self.restored,
             "model": model,
             "broker": self.broker_ok,
+            "checkpoint": self.checkpoint_ok,
         }
 
     def _beat(self) -> None:
@@ -291,7 +462,13 @@ class Worker:
     def run(self, *, max_batches: int | None = None) -> int:
         """Run until stopped (or idle, or ``max_batches``); returns the process exit code."""
         if not self.restored:
-            self.restore()
+            try:
+                self.restore()
+            except (NoValidCheckpointError, StateLostError) as exc:
+                _log.error("cannot start: the state cannot be restored safely",
+                           extra={"error": str(exc)})
+                self._close()
+                return EXIT_CANNOT_START
         w = self.settings.worker
         backoff = w.backoff_initial_s
         batches = 0
@@ -328,18 +505,35 @@ class Worker:
         return bool(self.source.assignment()) and bool(lag) and sum(lag.values()) == 0
 
     def _probe_broker(self) -> None:
+        """Ask the source whether its broker answers (non-blocking; e.g. the Kafka source
+        also reports a frozen broker whose heartbeats go unanswered) and update readiness."""
         probe = getattr(self.source, "connected", None)
         ok = True if probe is None else bool(probe())
-        if ok != self.broker_ok:
-            self._set_broker(ok, None)
+        error = None if ok else getattr(self.source, "probe_error", None)
+        if ok != self.broker_ok or getattr(error, "authentication_failed", False):
+            self._set_broker(ok, error)
 
     def _set_broker(self, ok: bool, exc: BaseException | None) -> None:
-        if ok != self.broker_ok:
+        """Record whether the broker answers (``/readyz``) and log the transitions.
+
+        A rejected login (``exc`` carries ``authentication_failed``, e.g. the Kafka transport's
+        ``AuthenticationError``) is logged once, at error level, even while the broker was
+        already down: retrying cannot fix credentials, an operator has to.
+        """
+        if not ok and getattr(exc, "authentication_failed", False):
+            if not getattr(self, "_broker_auth_failed", False):
+                _log.error("authentication failed: the broker rejected the credentials; check "
+                           "the kafka security settings (retrying with backoff)",
+                           extra={"error": repr(exc)})
+            self._broker_auth_failed = True
+        elif ok != self.broker_ok:
             if ok:
                 _log.info("broker reachable")
             else:
                 _log.warning("broker unreachable; retrying with backoff",
                              extra={"error": repr(exc) if exc else None})
+        if ok:
+            self._broker_auth_failed = False
         self.broker_ok = ok
         if not ok:
             self.metrics.ready.set(0)
@@ -433,8 +627,15 @@ class Worker:
         return True
 
     def _dead_letter(self, rec: Record, rej: Rejection) -> None:
+        """Produce ``rec`` to the dead-letter topic with why and where it came from.
+
+        The ``dlq.*`` headers are the worker's and come first; a sender's own ``dlq.*``
+        headers are kept renamed ``input.dlq.*``, so they can never pass for the real ones.
+        A record too large for the producer (``kafka.max_request_size``) is dead-lettered as
+        a truncated copy with ``dlq.truncated``, ``dlq.original.bytes`` and
+        ``dlq.original.sha256`` (of the whole value), never dropped.
+        """
         headers = [
-            *rec.headers,
             ("dlq.reason", rej.reason.encode()),
             ("dlq.error", rej.error.encode("utf-8", "replace")),
             ("dlq.source.topic", rec.topic.encode()),
@@ -442,13 +643,34 @@ class Worker:
             ("dlq.source.offset", str(rec.offset).encode()),
             ("dlq.service.version", __version__.encode()),
         ]
-        self.sink.produce(self.topics.dead_letters, rec.key, rec.value, headers)
+        carried = [(f"input.{name}" if name.lower().startswith("dlq.") else name, value)
+                   for name, value in rec.headers]
+        budget = self._max_model_bytes
+        if _headers_size(carried) > budget // 4:  # a sender's headers alone could not fit
+            carried = [("dlq.input.headers.dropped", str(len(carried)).encode())]
+        headers += carried
+        key, value = rec.key, rec.value
+        room = budget - _headers_size(headers) - 512  # + the truncation headers below
+        if len(key or b"") + len(value or b"") > room:
+            whole = value or b""
+            headers += [("dlq.truncated", b"true"),
+                        ("dlq.original.bytes", str(len(whole)).encode()),
+                        ("dlq.original.sha256", hashlib.sha256(whole).hexdigest().encode())]
+            if key is not None and len(key) > room // 2:
+                digest = hashlib.sha256(key).hexdigest().encode()
+                headers.append(("dlq.original.key.sha256", digest))
+                key = key[: room // 2]
+            value = whole[: room - len(key or b"")]
+            _log.warning("dead letter too large for the producer: truncated copy",
+                         extra={"bytes": len(whole), "kept": len(value), "offset": rec.offset})
+        self.sink.produce(self.topics.dead_letters, key, value, headers)
         _log.debug("dead-lettered", extra={"reason": rej.reason, "offset": rec.offset})
 
     def _learn_and_assign(self, events: list[Any], result: BatchResult) -> None:
         engine = self.engine
         X = engine.vocabulary.transform([e.features() for e in events], binary=self._binary)
         timestamps = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
+        self._track_vocabulary(X)
         routing = engine.learn(X, timestamps=timestamps)
         version = int(routing.model_version)
         version_header = [("model_version", str(version).encode())]
@@ -473,6 +695,26 @@ class Worker:
                                       "duration_s": duration,
                                       "events_seen": int(getattr(engine, "n_events_seen_", 0))})
             self._write_report()
+
+    def _track_vocabulary(self, X: Any) -> None:
+        """Export the vocabulary's size and out-of-vocabulary drops, and warn once when a
+        growing vocabulary fills up (from then on every new token is dropped)."""
+        vocab = self.engine.vocabulary
+        m = self.metrics
+        oov = int(vocab.oov_count)
+        if oov > self._oov_seen:
+            m.vocabulary_oov.inc(oov - self._oov_seen)
+        self._oov_seen = oov
+        empty = int(np.count_nonzero(np.diff(X.indptr) == 0))
+        if empty:
+            m.events_without_features.inc(empty)
+        m.vocabulary_tokens.set(len(vocab))
+        full = vocab.growing and len(vocab) >= vocab.capacity
+        if full and not self._vocabulary_full:
+            _log.warning("vocabulary full: tokens not yet in it are dropped from now on "
+                         "(streammom_vocabulary_oov_tokens_total counts them)",
+                         extra={"capacity": int(vocab.capacity), "oov_tokens": oov})
+        self._vocabulary_full = full
 
     def _write_report(self) -> None:
         """Rewrite the configured HTML report of the current model (never stops the loop)."""
@@ -515,12 +757,25 @@ class Worker:
                          extra={"dtype": dtype, "bytes": len(value)})
         headers = [
             ("model_version", str(version).encode()),
+            ("model_epoch", str(self.counters["model_epoch"]).encode()),
+            ("worker_id", self.worker_id.encode()),
             ("content-type", _MODEL_CONTENT_TYPE),
             ("dtype", dtype.encode()),
             ("service_version", __version__.encode()),
         ]
-        self.sink.produce(self.topics.models, self.settings.model.name.encode(), value, headers)
+        self.sink.produce(self.topics.models, self.model_key, value, headers)
         self._published_version, self._last_publish = version, now
+
+    @property
+    def model_key(self) -> bytes:
+        """The models-topic key of this worker: ``<model.name>/<worker id>``.
+
+        Within one key, ``(model_epoch, model_version)`` (both in the headers) only grows:
+        the version grows with every refit of one state, and a state built from scratch (a
+        first start, or a lost state rebuilt) starts a new, later epoch (its creation time
+        in ms, kept in the checkpoint).
+        """
+        return f"{self.settings.model.name}/{self.worker_id}".encode()
 
     def _flush(self) -> bool:
         """Flush the sink until everything is acknowledged, retrying with backoff; False only
@@ -558,12 +813,20 @@ class Worker:
             return True
 
     def _advance(self, records: list[Record], result: BatchResult) -> None:
+        first: dict[TopicPartition, int] = {}
         latest: dict[TopicPartition, int] = {}
         for rec in records:
-            latest[(rec.topic, rec.partition)] = rec.offset + 1
+            tp = (rec.topic, rec.partition)
+            if tp not in first:
+                first[tp] = rec.offset
+            latest[tp] = rec.offset + 1
         with self._lock:
             for tp, nxt in latest.items():
-                if nxt > self.offsets.get(tp, -1):
+                stored = self.offsets.get(tp, -1)
+                if first[tp] < stored:
+                    self._offset_reset(tp, stored, first[tp])
+                    self.offsets[tp] = nxt
+                elif nxt > stored:
                     self.offsets[tp] = nxt
         c = self.counters
         c["processed"] += result.processed
@@ -575,7 +838,25 @@ class Worker:
         self.metrics.assignments_published.inc(result.processed)
         self._events_since_checkpoint += len(records)
 
+    def _offset_reset(self, tp: TopicPartition, stored: int, first: int) -> None:
+        """Records came from *behind* the offset the state covers: the worker always seeks to
+        that offset, so the client reset the position (offset out of range: the topic was
+        deleted and recreated, or its log truncated). The records are new: they are learned
+        once, and the stored offset is lowered to what was actually consumed, so a restart
+        does not seek out of range again and re-count them (issue #12, item 3)."""
+        self.metrics.offset_resets.labels(topic=tp[0], partition=str(tp[1])).inc()
+        _log.error(
+            "input offset reset: the partition's log no longer holds the state's offset "
+            "(topic recreated or truncated?); learning its records from the reset position "
+            "and storing the offsets actually consumed",
+            extra={"partition": f"{tp[0]}[{tp[1]}]", "state_offset": stored,
+                   "reset_to": first},
+        )
+
     def _maybe_checkpoint(self, result: BatchResult | None = None) -> None:
+        """Checkpoint when due (every ``every_events`` / ``every_seconds``, or requested by a
+        revocation) — but after a failed write not before the retry time :meth:`checkpoint`
+        set, so a full disk is not hit on every batch."""
         cfg = self.settings.checkpoint
         due = (
             self._checkpoint_requested
@@ -585,18 +866,39 @@ class Worker:
                 and time.monotonic() - self._last_checkpoint >= cfg.every_seconds
             )
         )
-        if due:
-            self.checkpoint()
+        if due and time.monotonic() >= self._checkpoint_retry_at:
+            ok = self.checkpoint()
             if result is not None:
-                result.checkpointed = True
+                result.checkpointed = ok
 
-    def checkpoint(self) -> None:
-        """Write the checkpoint (state + offsets) atomically, then commit those offsets."""
+    def checkpoint(self) -> bool:
+        """Write the checkpoint (state + offsets) atomically, then commit those offsets;
+        False if the write failed.
+
+        A write error (:class:`OSError`: ``ENOSPC``, ``EACCES``, ``EIO`` …) does not stop the
+        loop: nothing is committed, ``streammom_checkpoint_failures_total`` is incremented,
+        ``streammom_last_checkpoint_timestamp_seconds`` stays at the last good one, readiness
+        turns false (``checkpoint``) and the error is logged. The in-memory state keeps
+        advancing; a crash meanwhile replays the events since the last good checkpoint.
+        :meth:`_maybe_checkpoint` retries after ``worker.backoff_initial_s``, doubling per
+        consecutive failure up to ``checkpoint.every_seconds``; the first success commits and
+        restores readiness.
+        """
         with self._lock:
             offsets = dict(self.offsets)
         t0 = time.perf_counter()
         data = encode_checkpoint(self.engine, offsets, self.counters)
-        self.store.save(data)
+        try:
+            self.store.save(data)
+        except OSError as exc:
+            self._checkpoint_failed(exc)
+            return False
+        if not self.checkpoint_ok:
+            _log.info("checkpoint written again; committing",
+                      extra={"failed_attempts": self._checkpoint_failures})
+        self.checkpoint_ok = True
+        self._checkpoint_failures = 0
+        self._checkpoint_retry_at = 0.0
         self.metrics.last_checkpoint.set(time.time())
         self._events_since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
@@ -605,6 +907,26 @@ class Worker:
         _log.debug("checkpoint written", extra={"bytes": len(data),
                                                 "seconds": round(time.perf_counter() - t0, 4)})
         self._commit(offsets)
+        return True
+
+    def _checkpoint_failed(self, exc: OSError) -> None:
+        """Record a failed checkpoint write and schedule the retry (see :meth:`checkpoint`)."""
+        self._checkpoint_failures += 1
+        self.checkpoint_ok = False
+        self.metrics.checkpoint_failures.inc()
+        self.metrics.ready.set(0)
+        delay = min(self.settings.worker.backoff_initial_s * 2 ** (self._checkpoint_failures - 1),
+                    self.settings.checkpoint.every_seconds)
+        self._checkpoint_retry_at = time.monotonic() + delay
+        _log.error(
+            "checkpoint write failed; not committing, still processing (the events since the "
+            "last checkpoint are replayed after a crash); retrying with backoff",
+            extra={"dir": str(self.store.directory), "error": str(exc),
+                   "errno": errno.errorcode.get(exc.errno or 0, exc.errno),
+                   "failures": self._checkpoint_failures, "retry_in_s": round(delay, 3),
+                   "last_checkpoint_offsets": {f"{t}[{p}]": o for (t, p), o
+                                               in sorted(self.last_checkpoint_offsets.items())}},
+        )
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         if not offsets:
@@ -639,7 +961,9 @@ class Worker:
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> int:
-        """Flush, checkpoint, commit and close; 0 on success, 1 if outputs could not be flushed."""
+        """Flush, checkpoint, commit and close; 0 on success, 1 if outputs could not be flushed
+        or the final checkpoint could not be written (then nothing is committed: the events
+        since the last good checkpoint are replayed on the next start)."""
         _log.info("shutting down", extra={"processed": self.counters["processed"]})
         if self._stop_requested_at is None:
             self._stop_requested_at = time.monotonic()
@@ -648,9 +972,14 @@ class Worker:
                 self.engine.model_version_))
         if not self._flush():
             return self._abort()
-        if self.engine is not None and (self._events_since_checkpoint > 0
-                                        or not self.store.path.exists()):
-            self.checkpoint()
+        due = self.engine is not None and (self._events_since_checkpoint > 0
+                                           or not self.store.path.exists())
+        if due and not self.checkpoint():
+            _log.error("final checkpoint failed; exiting 1 without committing (the events "
+                       "since the last checkpoint are replayed on the next start)",
+                       extra={"dir": str(self.store.directory),
+                              "processed": self.counters["processed"]})
+            return self._abort()
         self._close()
         _log.info("stopped", extra={"processed": self.counters["processed"],
                                     "offsets": {f"{t}[{p}]": o for (t, p), o

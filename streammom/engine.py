@@ -60,7 +60,7 @@ import scipy.sparse.linalg as spla
 from streammom._buffers import PackedBufferPool
 from streammom._validation import as_csr, as_weights, check_random_state_int
 from streammom.decompose import KnownSpectrumOperator, top_eigenpairs
-from streammom.model import HierarchyModel, Router, Routing, TreeNode
+from streammom.model import HierarchyModel, Router, Routing, TreeNode, check_tree
 from streammom.moments import (
     MomentAccumulator,
     SymmetricMatrix,
@@ -1186,10 +1186,14 @@ class StreamingHierarchy:
                     backoff=int(meta["backoff"]),
                     born_version=int(meta["born_version"]),
                 )
+            links = {nid: (n.parent, n.children) for nid, n in nodes.items()}
+            if check_tree(links) != eng.root_id_:
+                raise ValueError(f"root_id {eng.root_id_} is not the tree's root")
             eng.nodes_ = nodes
             eng._rebuild_model()
             return eng
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError,
+                RecursionError) as exc:
             raise SnapshotFormatError(f"malformed engine snapshot: {exc!r}") from exc
 
     def snapshot(self) -> bytes:

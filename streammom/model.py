@@ -167,10 +167,9 @@ class HierarchyModel:
 
     # ------------------------------------------------------------------ structure
     def _validate(self) -> None:
-        roots = [n.node_id for n in self.nodes.values() if n.parent < 0]
-        if len(roots) != 1:
-            raise ValueError(f"a tree needs exactly one root, found {len(roots)}")
-        self.root_id = roots[0]
+        self.root_id = check_tree(
+            {n.node_id: (n.parent, n.children) for n in self.nodes.values()}
+        )
         for node in self.nodes.values():
             if node.mean.shape != (self.n_features,):
                 raise ValueError(f"node {node.node_id}: mean has shape {node.mean.shape}")
@@ -377,7 +376,8 @@ class HierarchyModel:
                 feature_names=manifest.get("feature_names"),
                 metadata=manifest.get("metadata") or {},
             )
-        except (KeyError, IndexError, TypeError) as exc:
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError,
+                RecursionError) as exc:
             raise SnapshotFormatError(f"malformed hierarchy model: {exc!r}") from exc
 
     def to_bytes(self, *, dtype: type = np.float64) -> bytes:
@@ -394,6 +394,41 @@ class HierarchyModel:
             f"leaves={self.n_leaves}, depth={self.max_depth}, d={self.n_features}, "
             f"method={self.method!r}, family={self.family!r})"
         )
+
+
+def check_tree(links: Mapping[int, tuple[int, Sequence[int]]]) -> int:
+    """The root id of the tree ``{node_id: (parent, children)}``, or :class:`ValueError`.
+
+    A tree has exactly one root (parent < 0); every listed child exists and names its parent
+    back; and a walk from the root reaches every node exactly once — so there is no cycle (a
+    root that is its own child, two nodes that are each other's child) and no detached node.
+    Snapshots are data from outside: they are checked before anything walks the tree.
+
+    >>> check_tree({0: (-1, (1, 2)), 1: (0, ()), 2: (0, ())})
+    0
+    >>> check_tree({0: (-1, (0, 1)), 1: (0, ())})
+    Traceback (most recent call last):
+    ...
+    ValueError: node 0: child 0 is not linked back
+    """
+    roots = [nid for nid, (parent, _) in links.items() if parent < 0]
+    if len(roots) != 1:
+        raise ValueError(f"a tree needs exactly one root, found {len(roots)}")
+    root = roots[0]
+    seen = {root}
+    stack = [root]
+    while stack:
+        nid = stack.pop()
+        for child in links[nid][1]:
+            if child not in links or links[child][0] != nid:
+                raise ValueError(f"node {nid}: child {child} is not linked back")
+            if child in seen:
+                raise ValueError(f"node {child} is reached twice: the tree has a cycle")
+            seen.add(child)
+            stack.append(child)
+    if len(seen) != len(links):
+        raise ValueError(f"{len(links) - len(seen)} node(s) are not reachable from the root")
+    return root
 
 
 def _node_key(node: TreeNode) -> int:

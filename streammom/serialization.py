@@ -11,8 +11,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -98,48 +100,149 @@ def read_archive(
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read an archive written by :func:`archive_bytes` (bytes or a path).
 
-    Validates member names and the total uncompressed size (``max_bytes``) before reading,
-    and never unpickles.
+    Archives are data from outside, so nothing is trusted before it is checked:
+
+    * the declared uncompressed sizes add up to at most ``max_bytes``, member names are plain
+      ``<name>.npy`` (no paths, no duplicates);
+    * ``manifest.json`` is at most 16 MiB and at most 64 levels deep;
+    * every array's ``.npy`` header is parsed first: a plain numeric dtype (never object, so
+      never pickle), and a shape whose byte size is exactly the member's declared size —
+      so a header announcing a huge shape allocates nothing;
+    * array data is inflated in bounded chunks up to that declared size and no further, so a
+      member whose ZIP sizes lie ends in an error (short read or CRC mismatch), not in
+      unbounded memory.
+
+    Any failure — bad ZIP structure, CRC or deflate errors, truncation — raises
+    :class:`SnapshotFormatError` with a one-line reason.
     """
-    raw = source if isinstance(source, bytes) else Path(source).read_bytes()
     try:
-        zf = zipfile.ZipFile(io.BytesIO(raw))
-    except zipfile.BadZipFile as exc:
+        raw = source if isinstance(source, bytes) else Path(source).read_bytes()
+    except IsADirectoryError as exc:
+        raise SnapshotFormatError(f"{source} is a directory, not a snapshot") from exc
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+            return _read_members(zf, max_bytes)
+    except SnapshotFormatError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
+            NotImplementedError, OverflowError, RecursionError, KeyError) as exc:
         raise SnapshotFormatError(f"not a snapshot archive: {exc}") from exc
-    with zf:
-        infos = zf.infolist()
-        total = sum(i.file_size for i in infos)
-        if total > max_bytes:
-            raise SnapshotFormatError(f"archive expands to {total} bytes > limit {max_bytes}")
-        names = [i.filename for i in infos]
-        if MANIFEST_MEMBER not in names:
-            raise SnapshotFormatError("archive has no manifest.json")
-        try:
-            manifest = json.loads(zf.read(MANIFEST_MEMBER).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SnapshotFormatError(f"manifest is not valid JSON: {exc}") from exc
-        if not isinstance(manifest, dict):
-            raise SnapshotFormatError("manifest must be a JSON object")
-        arrays: dict[str, np.ndarray] = {}
-        for name in names:
-            if name == MANIFEST_MEMBER:
-                continue
-            if not name.endswith(".npy") or "/" in name or name.startswith("."):
-                raise SnapshotFormatError(f"unexpected archive member {name!r}")
-            try:
-                arrays[name[:-4]] = np.lib.format.read_array(
-                    io.BytesIO(zf.read(name)), allow_pickle=False
-                )
-            except ValueError as exc:
-                raise SnapshotFormatError(f"bad array member {name!r}: {exc}") from exc
+
+
+_MAX_MANIFEST_BYTES = 16 * 1024**2
+_MAX_MANIFEST_DEPTH = 64
+_CHUNK = 1 << 20
+_JSON_NESTING = re.compile(rb'[\[\]{}]|"(?:[^"\\]|\\.)*"')
+
+
+def _read_members(
+    zf: zipfile.ZipFile, max_bytes: int
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    infos = zf.infolist()
+    names = [i.filename for i in infos]
+    if len(set(names)) != len(names):
+        raise SnapshotFormatError("archive has duplicate members")
+    total = sum(i.file_size for i in infos)
+    if total > max_bytes:
+        raise SnapshotFormatError(f"archive expands to {total} bytes > limit {max_bytes}")
+    if MANIFEST_MEMBER not in names:
+        raise SnapshotFormatError("archive has no manifest.json")
+    manifest = _read_manifest(zf, zf.getinfo(MANIFEST_MEMBER))
+    arrays: dict[str, np.ndarray] = {}
+    for info in infos:
+        name = info.filename
+        if name == MANIFEST_MEMBER:
+            continue
+        if not name.endswith(".npy") or "/" in name or "\\" in name or name.startswith("."):
+            raise SnapshotFormatError(f"unexpected archive member {name!r}")
+        arrays[name[:-4]] = _read_array(zf, info)
     return manifest, arrays
 
 
+def _read_manifest(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> dict[str, Any]:
+    if info.file_size > _MAX_MANIFEST_BYTES:
+        raise SnapshotFormatError(f"manifest is {info.file_size} bytes > {_MAX_MANIFEST_BYTES}")
+    with zf.open(info) as fh:
+        text = fh.read(_MAX_MANIFEST_BYTES + 1)
+    if len(text) > _MAX_MANIFEST_BYTES:
+        raise SnapshotFormatError("manifest is larger than it declares")
+    depth = 0
+    for token in _JSON_NESTING.finditer(text):  # strings are skipped whole
+        tok = token.group()
+        if tok in (b"[", b"{"):
+            depth += 1
+            if depth > _MAX_MANIFEST_DEPTH:
+                raise SnapshotFormatError(f"manifest nests deeper than {_MAX_MANIFEST_DEPTH}")
+        elif tok in (b"]", b"}"):
+            depth -= 1
+    try:
+        manifest = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise SnapshotFormatError(f"manifest is not valid JSON: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise SnapshotFormatError("manifest must be a JSON object")
+    return manifest
+
+
+def _read_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    name = info.filename
+    with zf.open(info) as fh:
+        try:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            else:
+                raise SnapshotFormatError(f"array {name!r}: unsupported .npy version {version}")
+        except ValueError as exc:
+            raise SnapshotFormatError(f"bad array member {name!r}: {exc}") from exc
+        if dtype.hasobject or dtype.kind not in "biufc" or dtype.fields is not None:
+            raise SnapshotFormatError(f"bad array member {name!r}: unsupported dtype {dtype}")
+        count = 1
+        for dim in shape:
+            if not isinstance(dim, int) or dim < 0:
+                raise SnapshotFormatError(f"array {name!r} has a bad shape {shape}")
+            count *= dim
+        nbytes = count * dtype.itemsize
+        header = fh.tell()
+        if header + nbytes != info.file_size:
+            raise SnapshotFormatError(
+                f"array {name!r}: shape {shape} needs {nbytes} bytes, the member declares "
+                f"{info.file_size - header}"
+            )
+        data = bytearray(nbytes)
+        view = memoryview(data)
+        got = 0
+        while got < nbytes:
+            n = fh.readinto(view[got : got + _CHUNK])
+            if not n:
+                raise SnapshotFormatError(f"array {name!r} is truncated")
+            got += n
+        if fh.read(1):
+            raise SnapshotFormatError(f"array {name!r} is longer than it declares")
+    arr = np.frombuffer(data, dtype=dtype)
+    order = "F" if fortran else "C"
+    return arr.reshape(shape, order=order) if shape else arr.reshape(())
+
+
+_TMP_SUFFIX = ".tmp"
+_TMP_RANDOM_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")  # tempfile.mkstemp's
+_TMP_RANDOM_LEN = 8
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file, fsync, rename, fsync of the directory."""
+    """Write ``data`` to ``path`` atomically: temp file, fsync, rename, fsync of the directory.
+
+    The temp file is ``.<name>.<8 random chars>.tmp`` next to ``path``; it is removed on any
+    error, but a process killed between its creation and the rename leaves it behind — see
+    :func:`atomic_temp_files` to find such leftovers. Errors (``ENOSPC``, ``EACCES``, ``EIO``
+    …) are raised as :class:`OSError`; one raised before the rename leaves ``path`` with its
+    previous content (only the final fsync of the directory comes after the rename).
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_TMP_SUFFIX, dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -154,3 +257,28 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def atomic_temp_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The temp files :func:`atomic_write_bytes` left next to ``path`` when it was killed.
+
+    Only regular files (not symlinks, not directories) in ``path``'s directory whose name has
+    the exact form ``.<name>.<8 chars of [a-z0-9_]>.tmp`` are returned; a missing directory
+    gives ``[]``. Only call this when no writer of ``path`` can be running (at start-up).
+    """
+    target = Path(path)
+    prefix = f".{target.name}."
+    try:
+        entries = list(os.scandir(target.parent))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(_TMP_SUFFIX)):
+            continue
+        middle = name[len(prefix) : -len(_TMP_SUFFIX)]
+        if (len(middle) == _TMP_RANDOM_LEN and set(middle) <= _TMP_RANDOM_CHARS
+                and entry.is_file(follow_symlinks=False)):
+            found.append(Path(entry.path))
+    return sorted(found)

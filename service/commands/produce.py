@@ -43,9 +43,14 @@ def produce_sample(
     rate: float = 0.0,
     seed: int = 0,
     malformed_every: int = 0,
+    kafka: KafkaSettings | None = None,
 ) -> int:
     """Send the sample to Kafka (``bootstrap`` + ``topic``) or write it to ``output``
-    (``-`` = stdout). ``rate`` limits events/s (0 = as fast as possible). Returns the count."""
+    (``-`` = stdout). ``rate`` limits events/s (0 = as fast as possible). Returns the count.
+
+    The producer uses the ``[kafka]`` settings of ``kafka`` — by default the daemon's resolved
+    configuration (``$STREAMMOM_CONFIG``, ``STREAMMOM_KAFKA__*``), so TLS/SASL settings apply
+    to it too — with ``bootstrap`` as the bootstrap servers."""
     sent = 0
     start = time.monotonic()
     if output is not None:
@@ -60,8 +65,7 @@ def produce_sample(
     from service.kafka_transport import KafkaSink
     from service.transport import TransportError
 
-    sink = KafkaSink(KafkaSettings(bootstrap_servers=bootstrap, linger_ms=20,
-                                   client_id="streammom-sample"))
+    sink = KafkaSink(_sample_kafka_settings(bootstrap, kafka))
     try:
         for key, value in sample_messages(events, seed=seed, malformed_every=malformed_every):
             sink.produce(topic, key, value)
@@ -73,6 +77,17 @@ def produce_sample(
     finally:
         sink.close()
     return sent
+
+
+def _sample_kafka_settings(bootstrap: str, kafka: KafkaSettings | None) -> KafkaSettings:
+    """The producer's settings: ``kafka`` (default: the resolved configuration's ``[kafka]``,
+    for its security settings) with ``bootstrap``, a 20 ms linger and its own client id."""
+    if kafka is None:
+        from service.config import load_settings
+
+        kafka = load_settings().kafka
+    return kafka.model_copy(update={"bootstrap_servers": bootstrap, "linger_ms": 20,
+                                    "client_id": "streammom-sample"})
 
 
 def _flush_retry(sink: object, error: type[Exception], attempts: int = 30) -> None:

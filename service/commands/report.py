@@ -41,8 +41,9 @@ def load_for_report(path: str | os.PathLike[str]) -> tuple[HierarchyModel, dict[
         raise FileNotFoundError(f"snapshot not found: {source}")
     try:
         loaded = load_snapshot(source)
-    except (KeyError, TypeError) as exc:
-        raise SnapshotFormatError(f"{source}: invalid snapshot: {exc}") from exc
+    except (KeyError, TypeError, IndexError, AttributeError, OverflowError,
+            RecursionError) as exc:
+        raise SnapshotFormatError(f"{source}: invalid snapshot: {exc!r}") from exc
     except SnapshotFormatError as exc:
         raise SnapshotFormatError(f"{source}: not a streammom snapshot ({exc})") from exc
     if loaded.engine is None:

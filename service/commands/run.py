@@ -11,11 +11,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from service.checkpoint import CheckpointDirError, CheckpointStore
 from service.config import Settings
 from service.logs import setup_logging
 from service.metrics import WorkerMetrics
 from service.transport import Sink, Source, TransportError
-from service.worker import Worker
+from service.worker import EXIT_CANNOT_START, Worker
 
 __all__ = ["install_signal_handlers", "run_daemon"]
 
@@ -52,19 +53,47 @@ def _embedded_io(
 
 
 def _kafka_io(settings: Settings, worker_stop: Any) -> tuple[Source, Sink]:
-    from service.kafka_transport import KafkaSink, KafkaSource, ensure_topics
+    """Wait until the brokers answer (creating missing topics if ``kafka.create_topics``,
+    else one bootstrap round trip), then build the Kafka source and sink.
 
-    if settings.kafka.create_topics:
-        backoff = settings.worker.backoff_initial_s
-        while not worker_stop.is_set():
-            try:
-                ensure_topics(settings.kafka, settings.topics)
-                break
-            except TransportError as exc:
-                _log.warning("cannot reach the broker to create topics; retrying",
-                             extra={"error": str(exc)})
-                worker_stop.wait(backoff)
-                backoff = min(backoff * 2, settings.worker.backoff_max_s)
+    An unreachable broker is retried with backoff until ``worker_stop`` is set. A rejected
+    login (wrong SASL password, untrusted TLS certificate) is not: it is logged at error level
+    ("authentication failed") and the process exits with ``EXIT_CANNOT_START`` (2, via
+    ``SystemExit``), like an
+    invalid configuration — retrying with the same credentials cannot succeed, and a failing
+    start is clearer to an operator than a daemon that stays unready. (The running worker logs
+    a later rejection as an error too, but keeps retrying: credentials may be fixed broker-side.)
+    """
+    from service.kafka_transport import (
+        AuthenticationError,
+        KafkaSink,
+        KafkaSource,
+        ensure_topics,
+        verify_connection,
+    )
+
+    kafka = settings.kafka
+    backoff = settings.worker.backoff_initial_s
+    while not worker_stop.is_set():
+        try:
+            if kafka.create_topics:
+                ensure_topics(kafka, settings.topics)
+            else:
+                verify_connection(kafka)
+            break
+        except AuthenticationError as exc:
+            _log.error("authentication failed: the broker rejected the credentials; check the "
+                       "kafka security settings; exiting with code 2",
+                       extra={"error": str(exc), "bootstrap_servers": kafka.bootstrap_servers,
+                              "security_protocol": kafka.security_protocol,
+                              "sasl_mechanism": kafka.sasl_mechanism})
+            raise SystemExit(EXIT_CANNOT_START) from exc
+        except TransportError as exc:
+            _log.warning("cannot reach the broker to create topics; retrying"
+                         if kafka.create_topics else "cannot reach the broker; retrying",
+                         extra={"error": str(exc)})
+            worker_stop.wait(backoff)
+            backoff = min(backoff * 2, settings.worker.backoff_max_s)
     source = KafkaSource(settings.kafka, settings.topics.input,
                          max_poll_records=settings.worker.batch_max_records)
     return source, KafkaSink(settings.kafka)
@@ -95,9 +124,18 @@ def run_daemon(
 ) -> int:
     """Run the worker until SIGTERM/SIGINT (Kafka) or the end of the input (embedded).
 
-    Returns the process exit code (0 after a clean shutdown with a final checkpoint).
+    Returns the process exit code (0 after a clean shutdown with a final checkpoint; 2 —
+    one error log line, no traceback — when the checkpoint directory is not writable or holds
+    checkpoint files none of which is valid: both are checked before any input is consumed,
+    so a restart loop never re-produces outputs).
     """
     setup_logging(settings.worker.log_level)
+    try:
+        CheckpointStore(settings.checkpoint.dir).check_writable()
+    except CheckpointDirError as exc:
+        _log.error("cannot start: the checkpoint directory is not usable",
+                   extra={"dir": str(settings.checkpoint.dir), "error": str(exc)})
+        return EXIT_CANNOT_START
     metrics = WorkerMetrics()
     embedded = input_path is not None
     serve = settings.http.enabled and not embedded if serve_http is None else serve_http

@@ -30,6 +30,9 @@ CONTRACT_METRICS: dict[str, str] = {
     "streammom_ready": "gauge",
     "streammom_assignments_published_total": "counter",
     "streammom_build_info": "gauge",
+    "streammom_vocabulary_tokens": "gauge",
+    "streammom_vocabulary_capacity_tokens": "gauge",
+    "streammom_vocabulary_oov_tokens_total": "counter",
 }
 REJECT_REASONS = ("invalid_json", "not_utf8", "schema", "empty", "oversized", "unknown_type")
 HTTP_PORT = 9108

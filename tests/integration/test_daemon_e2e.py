@@ -49,7 +49,8 @@ def test_end_to_end(kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Pa
         recs = models.read_until(1, 60)
         models.close()
         model = HierarchyModel.from_bytes(recs[-1].value)
-        assert recs[-1].key == b"streammom" and model.n_leaves >= 1
+        assert recs[-1].key == b"streammom/" + dict(recs[-1].headers)["worker_id"]
+        assert model.n_leaves >= 1
         assert dict(recs[-1].headers)["model_version"] == str(model.version).encode()
     finally:
         reader.close()

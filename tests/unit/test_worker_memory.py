@@ -95,7 +95,7 @@ def test_batches_assignments_and_dead_letters(tmp_path: Path) -> None:
     from streammom.model import HierarchyModel
 
     models = broker.records(settings.topics.models)
-    assert models and models[-1].key == b"streammom"
+    assert models and models[-1].key == f"streammom/{worker.worker_id}".encode()
     model = HierarchyModel.from_bytes(models[-1].value)
     assert model.version == worker.engine.model_version_
     assert dict(models[-1].headers)["model_version"] == str(model.version).encode()
@@ -203,7 +203,7 @@ def test_readiness_needs_assignment_restore_and_broker(tmp_path: Path) -> None:
     worker = _worker(settings, broker)
     ok, details = worker.readiness()
     assert not ok and details == {"assigned": False, "restored": False, "model": False,
-                                  "broker": False}
+                                  "broker": False, "checkpoint": True}
     worker.restore()
     worker.source.poll(1, 0.0)
     worker._probe_broker()

@@ -1,0 +1,85 @@
+"""One message must never stop the worker, on the real broker (issue #12, items 1 and 5): a
+``ts`` that overflows ``float()`` and a 5 MB message (larger than the producer may send) are
+both dead-lettered — the big one as a truncated copy with its size and hash — and every valid
+event around them is processed by the same, never restarted, daemon."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_harness import Daemon, TopicReader, new_prefix, produce, wait_until
+
+from service.commands.produce import sample_messages
+
+BIG = 5 * 1024 * 1024
+
+
+def _produce_big(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                             max_request_size=2 * BIG, max_block_ms=60_000)
+    try:
+        producer.send(topic, key=key, value=value).get(timeout=60)
+    finally:
+        producer.close(timeout=10)
+
+
+@pytest.mark.kafka
+def test_poison_and_oversized_messages_are_dead_lettered(
+    kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path
+) -> None:
+    prefix = new_prefix("poison")
+    big_topic = {"max.message.bytes": str(2 * BIG)}
+    topics = {
+        "input": kafka_topic_factory(1, prefix=f"{prefix}.events", config=big_topic),
+        "assignments": kafka_topic_factory(1, prefix=f"{prefix}.assignments"),
+        "models": kafka_topic_factory(1, prefix=f"{prefix}.models",
+                                      config={"cleanup.policy": "compact"}),
+        "dead_letters": kafka_topic_factory(1, prefix=f"{prefix}.dlq"),
+    }
+    before = list(sample_messages(600, seed=61))
+    after = list(sample_messages(600, seed=62))
+    poison = (b'{"type": "encounter", "id": "x", "entity_id": "p", "codes": ["A00"], "ts": '
+              + b"1" * 400 + b"}")
+    big = b'{"type": "encounter", "pad": "' + b"y" * BIG + b'"}'
+    produce(kafka_bootstrap, topics["input"], before)
+    produce(kafka_bootstrap, topics["input"], [(b"poison", poison)])
+    _produce_big(kafka_bootstrap, topics["input"], b"big", big)
+    produce(kafka_bootstrap, topics["input"], after)
+
+    daemon = Daemon(kafka_bootstrap, topics, tmp_path, group=f"{prefix}-g").start()
+    dlq = TopicReader(kafka_bootstrap, topics["dead_letters"])
+    try:
+        wait_until(lambda: daemon.alive() is None and daemon.processed() >= 1200, 120,
+                   message="every valid event processed")
+        letters = dlq.read_until(2, 60)
+        daemon.alive()
+    finally:
+        code = daemon.stop()
+        dlq.close()
+    assert code == 0, daemon.log_tail()
+    assert daemon.starts == 1
+    by_key = {r.key: r for r in letters}
+    assert set(by_key) == {b"poison", b"big"}, [r.key for r in letters]
+
+    first = dict(by_key[b"poison"].headers)
+    assert first["dlq.reason"] == b"schema" and b"outside the accepted window" in first["dlq.error"]
+    assert by_key[b"poison"].value == poison
+
+    copy = by_key[b"big"]
+    headers = dict(copy.headers)
+    assert headers["dlq.reason"] == b"oversized"
+    assert headers["dlq.truncated"] == b"true"
+    assert headers["dlq.original.bytes"] == str(len(big)).encode()
+    assert headers["dlq.original.sha256"] == hashlib.sha256(big).hexdigest().encode()
+    assert 0 < len(copy.value) < 1_048_576 and big.startswith(copy.value)
+
+    log = daemon.log_path.read_text()
+    exits = [json.loads(line) for line in log.splitlines()
+             if line.startswith("{") and '"msg":"exit"' in line]
+    assert len(exits) == 1 and exits[0]["processed"] == 1200  # one process did it all

@@ -1,0 +1,152 @@
+"""What one bad message can do to the worker (issue #12, items 1, 5, 12, 13): nothing but a
+dead letter. Event times follow one documented rule; the dead letter's ``dlq.*`` headers are
+the worker's own; a record too large for the producer is dead-lettered as a truncated copy.
+The same paths run on the real broker in tests/integration/test_daemon_poison.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.config import LimitsSettings, load_settings
+from service.events import EventDecoder, Rejection
+from service.memory_transport import MemoryBroker, MemorySink, MemorySource
+from service.metrics import WorkerMetrics
+from service.worker import Worker
+
+IN = "streammom.events"
+
+
+def _event(ts: str, **extra: Any) -> bytes:
+    body = {"type": "encounter", "id": "e1", "entity_id": "p1", "codes": ["I50.9"], **extra}
+    raw = json.dumps(body)[:-1] + f', "ts": {ts}}}'
+    return raw.encode()
+
+
+# ------------------------------------------------------------------ item 1: poison messages
+@pytest.mark.parametrize("ts", ["1" + "0" * 400, "-" + "9" * 400, "1e400", "-1e400"])
+def test_absurd_numbers_are_rejected_not_raised(ts: str) -> None:
+    out = EventDecoder().decode(_event(ts))
+    assert isinstance(out, Rejection) and out.reason == "schema"
+    assert "outside the accepted window" in out.error
+
+
+def test_any_exception_while_decoding_is_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
+    decoder = EventDecoder()
+
+    def explode(raw: bytes) -> Any:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(decoder._adapter, "validate_json", explode)
+    out = decoder.decode(_event("1767225600"))
+    assert out == Rejection("schema", "RecursionError: maximum recursion depth exceeded")
+
+
+# ------------------------------------------------------------------ item 12: one time rule
+@pytest.mark.parametrize(
+    ("ts", "expected"),
+    [
+        ("1767225600", 1767225600.0),
+        ("1767225600.25", 1767225600.25),
+        ('"2026-01-01T00:00:00Z"', 1767225600.0),
+        ('"2026-01-01T01:00:00+01:00"', 1767225600.0),
+        ('"2026-01-01t00:00:00z"', 1767225600.0),
+    ],
+)
+def test_accepted_times(ts: str, expected: float) -> None:
+    event = EventDecoder().decode(_event(ts))
+    assert not isinstance(event, Rejection), event
+    assert event.ts == expected
+
+
+@pytest.mark.parametrize(
+    ("ts", "why"),
+    [
+        ('"1767225600"', "got the string"),            # numeric string: not a number
+        ('"1767225600000"', "got the string"),         # ...nor milliseconds
+        ("1767225600000", "not milliseconds"),         # ms as a number: year ~57,970
+        ("-1", "outside the accepted window"),
+        ('"2026-01-01T00:00:00"', "has no offset"),
+        ('"2026-02-30T00:00:00Z"', "not a valid date-time"),
+        ('"9999-12-31T00:00:00Z"', "outside the accepted window"),
+        ("true", "valid number"),
+    ],
+)
+def test_rejected_times(ts: str, why: str) -> None:
+    out = EventDecoder().decode(_event(ts))
+    assert isinstance(out, Rejection) and out.reason == "schema", out
+    assert why in out.error
+
+
+def test_the_time_window_is_a_setting() -> None:
+    limits = LimitsSettings(min_ts=1_700_000_000, max_ts=1_800_000_000)
+    assert isinstance(EventDecoder(limits).decode(_event("1690000000")), Rejection)
+    assert not isinstance(EventDecoder(limits).decode(_event("1767225600")), Rejection)
+    with pytest.raises(ValueError, match="min_ts"):
+        LimitsSettings(min_ts=10, max_ts=5)
+
+
+# ------------------------------------------------------------------ items 5 and 13: the DLQ
+def _worker(tmp_path: Path, broker: MemoryBroker, **kafka: Any) -> Worker:
+    settings = load_settings(overrides={
+        "model": {"max_depth": 2, "max_leaves": 4, "refit_every": 500,
+                  "reservoir_size": 256, "vocabulary_capacity": 128},
+        "checkpoint": {"dir": str(tmp_path / "ckpt")},
+        "worker": {"batch_max_records": 100, "poll_timeout_s": 0.01},
+        "http": {"enabled": False},
+        "kafka": kafka,
+    })
+    return Worker(settings, MemorySource(broker, IN), MemorySink(broker),
+                  metrics=WorkerMetrics(), exit_when_idle=True)
+
+
+def test_a_senders_dlq_headers_cannot_pass_for_the_real_ones(tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    broker.create_topic(IN)
+    spoofed = [("dlq.reason", b"spoofed"), ("DLQ.error", b"fake"), ("trace", b"t1")]
+    broker.append(IN, b"{not json", key=b"k", headers=spoofed)
+    worker = _worker(tmp_path, broker)
+    assert worker.run() == 0
+    [letter] = broker.records(worker.topics.dead_letters)
+    names = [name for name, _ in letter.headers]
+    assert names[0] == "dlq.reason" and dict(letter.headers)["dlq.reason"] == b"invalid_json"
+    assert names.count("dlq.reason") == 1 and "DLQ.error" not in names
+    assert dict(letter.headers)["input.dlq.reason"] == b"spoofed"
+    assert dict(letter.headers)["input.DLQ.error"] == b"fake"
+    assert dict(letter.headers)["trace"] == b"t1"
+    assert letter.value == b"{not json" and letter.key == b"k"
+
+
+def test_a_record_too_large_for_the_producer_is_dead_lettered_truncated(tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    broker.create_topic(IN)
+    huge = b'{"type": "encounter", "pad": "' + b"x" * 300_000 + b'"}'
+    broker.append(IN, huge, key=b"big")
+    good = _event("1767225600")
+    broker.append(IN, good, key=b"p1")
+    worker = _worker(tmp_path, broker, max_request_size=65_536)
+    assert worker.run() == 0
+    [letter] = broker.records(worker.topics.dead_letters)
+    headers = dict(letter.headers)
+    assert headers["dlq.reason"] == b"oversized"
+    assert headers["dlq.truncated"] == b"true"
+    assert headers["dlq.original.bytes"] == str(len(huge)).encode()
+    assert headers["dlq.original.sha256"] == hashlib.sha256(huge).hexdigest().encode()
+    size = len(letter.value) + len(letter.key or b"") + sum(
+        len(n) + len(v) for n, v in letter.headers)
+    assert size <= 65_536 - 4096 and huge.startswith(letter.value) and len(letter.value) > 0
+    assert worker.counters["processed"] == 1  # the loop went on
+
+
+def test_a_small_dead_letter_is_not_truncated(tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    broker.create_topic(IN)
+    broker.append(IN, b"\xff\xfe", key=b"k")
+    worker = _worker(tmp_path, broker)
+    assert worker.run() == 0
+    [letter] = broker.records(worker.topics.dead_letters)
+    assert letter.value == b"\xff\xfe" and "dlq.truncated" not in dict(letter.headers)
