@@ -53,7 +53,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,6 +154,11 @@ class StateLostError(RuntimeError):
     """The state was lost (no checkpoint, offsets committed) and ``on_lost_state=refuse``."""
 
 
+def _offset_labels(offsets: Mapping[TopicPartition, int]) -> dict[str, int]:
+    """``{"topic[partition]": offset}`` in partition order, for log records."""
+    return {f"{t}[{p}]": o for (t, p), o in sorted(offsets.items())}
+
+
 def _headers_size(headers: list[tuple[str, bytes]]) -> int:
     return sum(len(name) + len(value or b"") for name, value in headers)
 
@@ -209,6 +214,7 @@ class Worker:
         self._vocabulary_full = False
         self.restored = False
         self.broker_ok = False
+        self._broker_auth_failed = False  # a rejected login was logged (once, until recovery)
         self.heartbeat = time.monotonic()
         self.stop_event = threading.Event()
         self._stop_requested_at: float | None = None
@@ -230,7 +236,8 @@ class Worker:
         self._pending: list[Record] = []
         self._block = settings.worker.batch_max_records
         self._binary = settings.model.family == "bernoulli"
-        self._max_model_bytes = settings.kafka.max_request_size - _MESSAGE_OVERHEAD
+        # the largest value + headers one produced message may carry (models, dead letters)
+        self._max_message_bytes = settings.kafka.max_request_size - _MESSAGE_OVERHEAD
         source.on_assign = self._on_assign
         source.on_revoke = self._on_revoke
 
@@ -268,7 +275,7 @@ class Worker:
             _log.info(
                 "restored checkpoint",
                 extra={"path": str(ckpt.path or self.store.path),
-                       "offsets": {f"{t}[{p}]": o for (t, p), o in sorted(ckpt.offsets.items())},
+                       "offsets": _offset_labels(ckpt.offsets),
                        "model_version": int(self.engine.model_version_)},
             )
         else:
@@ -328,7 +335,7 @@ class Worker:
             return
         policy = self.settings.checkpoint.on_lost_state
         extra = {"dir": str(self.store.directory), "policy": policy,
-                 "committed": {f"{t}[{p}]": o for (t, p), o in sorted(committed.items())}}
+                 "committed": _offset_labels(committed)}
         if policy == "refuse":
             _log.error("state lost: no checkpoint but the consumer group has committed offsets; "
                        "refusing to start (checkpoint.on_lost_state=refuse)", extra=extra)
@@ -370,7 +377,7 @@ class Worker:
         if before is not None and before != current:
             with self._lock:
                 parts = sorted(tp for tp in self.offsets if tp[0] == topic)
-                old = {f"{t}[{p}]": self.offsets[(t, p)] for t, p in parts}
+                old = _offset_labels({tp: self.offsets[tp] for tp in parts})
                 for tp in parts:
                     self.offsets[tp] = 0
             for t, p in parts:
@@ -414,7 +421,7 @@ class Worker:
             self.source.seek(seek)
         _log.info("partitions assigned", extra={
             "partitions": [f"{t}[{p}]" for t, p in tps],
-            "seek": {f"{t}[{p}]": o for (t, p), o in seek.items()}})
+            "seek": _offset_labels(seek)})
 
     def _on_revoke(self, tps: list[TopicPartition]) -> None:
         with self._lock:
@@ -521,7 +528,7 @@ class Worker:
         already down: retrying cannot fix credentials, an operator has to.
         """
         if not ok and getattr(exc, "authentication_failed", False):
-            if not getattr(self, "_broker_auth_failed", False):
+            if not self._broker_auth_failed:
                 _log.error("authentication failed: the broker rejected the credentials; check "
                            "the kafka security settings (retrying with backoff)",
                            extra={"error": repr(exc)})
@@ -645,7 +652,7 @@ class Worker:
         ]
         carried = [(f"input.{name}" if name.lower().startswith("dlq.") else name, value)
                    for name, value in rec.headers]
-        budget = self._max_model_bytes
+        budget = self._max_message_bytes
         if _headers_size(carried) > budget // 4:  # a sender's headers alone could not fit
             carried = [("dlq.input.headers.dropped", str(len(carried)).encode())]
         headers += carried
@@ -746,7 +753,7 @@ class Worker:
             return
         model = self.engine.model_
         try:
-            value, dtype = encode_model_message(model, self._max_model_bytes)
+            value, dtype = encode_model_message(model, self._max_message_bytes)
         except ValueError as exc:
             _log.error("model too large for the models topic; not published",
                        extra={"error": str(exc), "model_version": version})
@@ -924,8 +931,7 @@ class Worker:
             extra={"dir": str(self.store.directory), "error": str(exc),
                    "errno": errno.errorcode.get(exc.errno or 0, exc.errno),
                    "failures": self._checkpoint_failures, "retry_in_s": round(delay, 3),
-                   "last_checkpoint_offsets": {f"{t}[{p}]": o for (t, p), o
-                                               in sorted(self.last_checkpoint_offsets.items())}},
+                   "last_checkpoint_offsets": _offset_labels(self.last_checkpoint_offsets)},
         )
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
@@ -982,8 +988,7 @@ class Worker:
             return self._abort()
         self._close()
         _log.info("stopped", extra={"processed": self.counters["processed"],
-                                    "offsets": {f"{t}[{p}]": o for (t, p), o
-                                                in sorted(self.offsets.items())}})
+                                    "offsets": _offset_labels(self.offsets)})
         return 0
 
     def _abort(self) -> int:

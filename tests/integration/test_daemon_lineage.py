@@ -67,16 +67,27 @@ def _run_until(daemon: Daemon, processed: int, timeout: float = 120) -> None:
     assert code == 0, daemon.log_tail()
 
 
+def _daemon_over(
+    bootstrap: str, topic_factory: Any, tmp_path: Path, name: str, *, partitions: int,
+    events: int, seed: int,
+) -> tuple[dict[str, str], Daemon]:
+    """New topics with ``events`` sample events on the input, and a daemon (static member)
+    that has learned them all and stopped cleanly."""
+    prefix = new_prefix(name)
+    topics = make_topics(topic_factory, prefix, partitions=partitions)
+    produce(bootstrap, topics["input"], sample_messages(events, seed=seed))
+    daemon = Daemon(bootstrap, topics, tmp_path / "d", group=f"{prefix}-g",
+                    extra_env={"STREAMMOM_KAFKA__GROUP_INSTANCE_ID": f"{prefix}-0"})
+    _run_until(daemon, events)
+    return topics, daemon
+
+
 @pytest.mark.kafka
 def test_recreated_input_topic_is_counted_once(
     kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path
 ) -> None:
-    prefix = new_prefix("recreate")
-    topics = make_topics(kafka_topic_factory, prefix, partitions=1)
-    produce(kafka_bootstrap, topics["input"], sample_messages(3000, seed=31))
-    daemon = Daemon(kafka_bootstrap, topics, tmp_path / "d", group=f"{prefix}-g",
-                    extra_env={"STREAMMOM_KAFKA__GROUP_INSTANCE_ID": f"{prefix}-0"})
-    _run_until(daemon, 3000)
+    topics, daemon = _daemon_over(kafka_bootstrap, kafka_topic_factory, tmp_path, "recreate",
+                                  partitions=1, events=3000, seed=31)
 
     _recreate(kafka_bootstrap, topics["input"], 1)
     produce(kafka_bootstrap, topics["input"], sample_messages(1000, seed=32))
@@ -110,12 +121,8 @@ def test_recreated_input_topic_is_counted_once(
 def test_lost_state_is_rebuilt_not_silently_restarted(
     kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path
 ) -> None:
-    prefix = new_prefix("lost")
-    topics = make_topics(kafka_topic_factory, prefix, partitions=2)
-    produce(kafka_bootstrap, topics["input"], sample_messages(3000, seed=41))
-    daemon = Daemon(kafka_bootstrap, topics, tmp_path / "d", group=f"{prefix}-g",
-                    extra_env={"STREAMMOM_KAFKA__GROUP_INSTANCE_ID": f"{prefix}-0"})
-    _run_until(daemon, 3000)
+    topics, daemon = _daemon_over(kafka_bootstrap, kafka_topic_factory, tmp_path, "lost",
+                                  partitions=2, events=3000, seed=41)
     shutil.rmtree(daemon.state)
     daemon.state.mkdir()
     produce(kafka_bootstrap, topics["input"], sample_messages(500, seed=42))
@@ -135,13 +142,17 @@ def test_two_workers_never_publish_a_version_going_back(
 ) -> None:
     prefix = new_prefix("twomodels")
     topics = make_topics(kafka_topic_factory, prefix, partitions=2)
-    produce(kafka_bootstrap, topics["input"], sample_messages(14_000, seed=51))
     daemons = [Daemon(kafka_bootstrap, topics, tmp_path / name, group=f"{prefix}-g")
                for name in ("a", "b")]
     reader = TopicReader(kafka_bootstrap, topics["models"])
     try:
         for d in daemons:
             d.start()
+        # both members hold a partition before any input exists, so each learns ~7,000
+        # events (enough to refit) whatever the order in which they joined
+        wait_until(lambda: all(d.alive() is None and d.get("/readyz")[0] == 200
+                               for d in daemons), 120, message="both workers assigned")
+        produce(kafka_bootstrap, topics["input"], sample_messages(14_000, seed=51))
         wait_until(lambda: all(d.alive() is None for d in daemons)
                    and sum(d.processed() for d in daemons) >= 14_000, 180,
                    message="both workers processed the input")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_harness import IN, fill_cohort, memory_worker, small_settings
 from typer.testing import CliRunner
 
 import service.worker as worker_module
@@ -27,14 +28,11 @@ from service.checkpoint import (
 )
 from service.cli import app
 from service.commands.produce import produce_sample
-from service.config import Settings, load_settings
-from service.memory_transport import MemoryBroker, MemorySink, MemorySource
-from service.metrics import WorkerMetrics
-from service.synthetic import generate_cohort
+from service.config import Settings
+from service.memory_transport import MemoryBroker
 from service.worker import Worker
 from streammom.serialization import archive_bytes, read_archive
 
-IN = "streammom.events"
 runner = CliRunner()
 
 
@@ -51,36 +49,13 @@ def _keep_logging() -> Any:
     ours.setLevel(saved[2])
 
 
-def _settings(tmp_path: Path, **worker: Any) -> Settings:
-    return load_settings(overrides={
-        "model": {"max_depth": 2, "max_leaves": 4, "min_split_weight": 100.0,
-                  "refit_every": 500, "reservoir_size": 256, "vocabulary_capacity": 128},
-        "checkpoint": {"dir": str(tmp_path / "ckpt"), "every_events": 1000,
-                       "every_seconds": 3600},
-        "worker": {"batch_max_records": 250, "poll_timeout_s": 0.01,
-                   "backoff_initial_s": 0.01, "backoff_max_s": 0.05, **worker},
-        "http": {"enabled": False},
-    })
-
-
-def _fill(broker: MemoryBroker, n: int) -> None:
-    broker.create_topic(IN, 1)
-    for i, value in enumerate(generate_cohort(n, seed=1).event_bytes()):
-        broker.append(IN, value, key=str(i).encode())
-
-
-def _worker(settings: Settings, broker: MemoryBroker) -> Worker:
-    return Worker(settings, MemorySource(broker, IN), MemorySink(broker),
-                  metrics=WorkerMetrics(), exit_when_idle=True)
-
-
 def _written(tmp_path: Path, n: int = 2600) -> tuple[Settings, MemoryBroker, Worker]:
     """A worker that ran to the end of ``n`` events: a checkpoint every 1000 and a final one,
     so ``checkpoint.smm`` holds offset ``n`` and ``checkpoint.prev.smm`` the last 1000s."""
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     broker = MemoryBroker()
-    _fill(broker, n)
-    worker = _worker(settings, broker)
+    fill_cohort(broker, n)
+    worker = memory_worker(settings, broker)
     assert worker.run() == 0
     store = worker.store
     assert decode_checkpoint(store.path).offsets == {(IN, 0): n}
@@ -182,7 +157,7 @@ def test_restore_uses_previous_logs_its_path_and_reaches_the_same_state(
     settings, broker, first = _written(tmp_path)
     reference = first.engine.snapshot()
     _flip_middle(first.store.path)
-    second = _worker(settings, broker)
+    second = memory_worker(settings, broker)
     with caplog.at_level(logging.INFO, logger="streammom"):
         second.restore()
     # the state is the previous checkpoint's (2000 events), not a fresh engine, not a crash
@@ -200,7 +175,7 @@ def test_restore_uses_previous_logs_its_path_and_reaches_the_same_state(
 def test_restore_with_inconsistent_current_falls_back(tmp_path: Path) -> None:
     settings, broker, first = _written(tmp_path)
     _inconsistent(first.store.path)
-    second = _worker(settings, broker)
+    second = memory_worker(settings, broker)
     second.restore()
     assert second.offsets == {(IN, 0): 2000}
 
@@ -240,14 +215,14 @@ def test_checkpoint_write_failure_keeps_running_uncommitted_then_recovers(
 ) -> None:
     import service.checkpoint as checkpoint_module
 
-    settings = _settings(tmp_path, backoff_initial_s=10.0)
+    settings = small_settings(tmp_path, worker={"backoff_initial_s": 10.0})
     broker = MemoryBroker()
-    _fill(broker, 4000)
+    fill_cohort(broker, 4000)
     disk = _Disk(checkpoint_module.atomic_write_bytes)
     monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
     clock = _Clock()
     monkeypatch.setattr(worker_module, "time", clock)
-    worker = _worker(settings, broker)
+    worker = memory_worker(settings, broker)
     failures = worker.metrics.checkpoint_failures
     worker.restore()
 
@@ -296,12 +271,12 @@ def test_final_checkpoint_failure_exits_nonzero_without_commit(
 ) -> None:
     import service.checkpoint as checkpoint_module
 
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     broker = MemoryBroker()
-    _fill(broker, 600)  # below every_events: only the final checkpoint is due
+    fill_cohort(broker, 600)  # below every_events: only the final checkpoint is due
     disk = _Disk(checkpoint_module.atomic_write_bytes, errno.EIO)
     monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
-    worker = _worker(settings, broker)
+    worker = memory_worker(settings, broker)
     with caplog.at_level(logging.INFO, logger="streammom"):
         code = worker.run()
     assert code != 0 and disk.attempts == 1
@@ -385,7 +360,7 @@ def test_restore_removes_orphan_temp_files_only(
         path.write_text("keep me")
     subdir = d / ".checkpoint.smm.dir12345.tmp"
     subdir.mkdir()
-    second = _worker(settings, broker)
+    second = memory_worker(settings, broker)
     with caplog.at_level(logging.INFO, logger="streammom"):
         second.restore()
     assert not any(p.exists() for p in orphans)

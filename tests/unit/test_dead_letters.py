@@ -11,14 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_harness import IN, memory_worker, small_settings
 
-from service.config import LimitsSettings, load_settings
+from service.config import LimitsSettings
 from service.events import EventDecoder, Rejection
-from service.memory_transport import MemoryBroker, MemorySink, MemorySource
-from service.metrics import WorkerMetrics
+from service.memory_transport import MemoryBroker
 from service.worker import Worker
-
-IN = "streammom.events"
 
 
 def _event(ts: str, **extra: Any) -> bytes:
@@ -92,16 +90,8 @@ def test_the_time_window_is_a_setting() -> None:
 
 # ------------------------------------------------------------------ items 5 and 13: the DLQ
 def _worker(tmp_path: Path, broker: MemoryBroker, **kafka: Any) -> Worker:
-    settings = load_settings(overrides={
-        "model": {"max_depth": 2, "max_leaves": 4, "refit_every": 500,
-                  "reservoir_size": 256, "vocabulary_capacity": 128},
-        "checkpoint": {"dir": str(tmp_path / "ckpt")},
-        "worker": {"batch_max_records": 100, "poll_timeout_s": 0.01},
-        "http": {"enabled": False},
-        "kafka": kafka,
-    })
-    return Worker(settings, MemorySource(broker, IN), MemorySink(broker),
-                  metrics=WorkerMetrics(), exit_when_idle=True)
+    settings = small_settings(tmp_path, kafka=kafka, worker={"batch_max_records": 100})
+    return memory_worker(settings, broker)
 
 
 def test_a_senders_dlq_headers_cannot_pass_for_the_real_ones(tmp_path: Path) -> None:

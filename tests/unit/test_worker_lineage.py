@@ -10,43 +10,17 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
+from memory_harness import IN, fill_cohort, memory_worker, small_settings
 
-from service.config import Settings, load_settings
-from service.memory_transport import MemoryBroker, MemorySink, MemorySource
-from service.metrics import WorkerMetrics
-from service.synthetic import generate_cohort
+from service.config import Settings
+from service.memory_transport import MemoryBroker
 from service.worker import Worker
-
-IN = "streammom.events"
-
-
-def _settings(tmp_path: Path, name: str = "ckpt", **sections: dict[str, Any]) -> Settings:
-    overrides: dict[str, Any] = {
-        "model": {"max_depth": 2, "max_leaves": 4, "min_split_weight": 100.0,
-                  "refit_every": 500, "reservoir_size": 256, "vocabulary_capacity": 128},
-        "checkpoint": {"dir": str(tmp_path / name), "every_events": 1000,
-                       "every_seconds": 3600},
-        "worker": {"batch_max_records": 250, "poll_timeout_s": 0.01,
-                   "backoff_initial_s": 0.01, "backoff_max_s": 0.05},
-        "http": {"enabled": False},
-    }
-    for section, values in sections.items():
-        overrides.setdefault(section, {}).update(values)
-    return load_settings(overrides=overrides)
-
-
-def _fill(broker: MemoryBroker, n: int, *, seed: int = 1) -> None:
-    broker.create_topic(IN, 1)
-    for i, value in enumerate(generate_cohort(n, seed=seed).event_bytes()):
-        broker.append(IN, value, key=str(i).encode())
 
 
 def _run(settings: Settings, broker: MemoryBroker) -> Worker:
-    worker = Worker(settings, MemorySource(broker, IN), MemorySink(broker),
-                    metrics=WorkerMetrics(), exit_when_idle=True)
+    worker = memory_worker(settings, broker)
     assert worker.run() == 0
     return worker
 
@@ -60,9 +34,9 @@ def _sample(worker: Worker, name: str, labels: dict[str, str] | None = None) -> 
 def test_recreated_topic_is_counted_once_across_restarts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     broker = MemoryBroker()
-    _fill(broker, 1500)
+    fill_cohort(broker, 1500)
     first = _run(settings, broker)
     assert first.counters["processed"] == 1500
     assert first.offsets == {(IN, 0): 1500}
@@ -70,7 +44,7 @@ def test_recreated_topic_is_counted_once_across_restarts(
     # the topic is deleted and recreated; fewer events than the stored offset arrive, and the
     # client resets the position (the topic-id check is bypassed here: the reset path alone)
     broker.topics[IN] = [[]]
-    _fill(broker, 600, seed=2)
+    fill_cohort(broker, 600, seed=2)
     with caplog.at_level(logging.ERROR, logger="streammom.worker"):
         second = _run(settings, broker)
     assert second.counters["processed"] == 2100
@@ -91,13 +65,13 @@ def test_recreated_topic_is_counted_once_across_restarts(
 def test_recreated_topic_with_more_records_is_found_by_its_id(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     broker = MemoryBroker()
-    _fill(broker, 500)
+    fill_cohort(broker, 500)
     _run(settings, broker)
     # recreated with MORE records than the stored offset: no offset reset can reveal it
     broker.recreate_topic(IN)
-    _fill(broker, 800, seed=6)
+    fill_cohort(broker, 800, seed=6)
     with caplog.at_level(logging.ERROR, logger="streammom.worker"):
         second = _run(settings, broker)
     assert second.counters["processed"] == 1300  # all 800 new events, none skipped
@@ -119,13 +93,13 @@ def _lose_state(settings: Settings) -> None:
 def test_lost_state_is_rebuilt_from_the_earliest_offset_by_default(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     assert settings.checkpoint.on_lost_state == "rebuild"
     broker = MemoryBroker()
-    _fill(broker, 1200)
+    fill_cohort(broker, 1200)
     _run(settings, broker)
     assert broker.committed["streammom"] == {(IN, 0): 1200}
-    _fill(broker, 300, seed=3)
+    fill_cohort(broker, 300, seed=3)
     _lose_state(settings)
     with caplog.at_level(logging.ERROR, logger="streammom.worker"):
         rebuilt = _run(settings, broker)
@@ -138,14 +112,13 @@ def test_lost_state_is_rebuilt_from_the_earliest_offset_by_default(
 
 
 def test_lost_state_refused_exits_2_without_touching_anything(tmp_path: Path) -> None:
-    settings = _settings(tmp_path, checkpoint={"on_lost_state": "refuse"})
+    settings = small_settings(tmp_path, checkpoint={"on_lost_state": "refuse"})
     broker = MemoryBroker()
-    _fill(broker, 800)
+    fill_cohort(broker, 800)
     _run(settings, broker)
     _lose_state(settings)
     assignments = len(broker.records(settings.topics.assignments))
-    worker = Worker(settings, MemorySource(broker, IN), MemorySink(broker),
-                    metrics=WorkerMetrics(), exit_when_idle=True)
+    worker = memory_worker(settings, broker)
     assert worker.run() == 2
     assert len(broker.records(settings.topics.assignments)) == assignments
     assert broker.committed["streammom"] == {(IN, 0): 800}
@@ -153,11 +126,11 @@ def test_lost_state_refused_exits_2_without_touching_anything(tmp_path: Path) ->
 
 
 def test_lost_state_resume_continues_from_the_committed_offsets(tmp_path: Path) -> None:
-    settings = _settings(tmp_path, checkpoint={"on_lost_state": "resume"})
+    settings = small_settings(tmp_path, checkpoint={"on_lost_state": "resume"})
     broker = MemoryBroker()
-    _fill(broker, 800)
+    fill_cohort(broker, 800)
     _run(settings, broker)
-    _fill(broker, 200, seed=4)
+    fill_cohort(broker, 200, seed=4)
     _lose_state(settings)
     resumed = _run(settings, broker)
     assert resumed.counters["processed"] == 200
@@ -165,9 +138,9 @@ def test_lost_state_resume_continues_from_the_committed_offsets(tmp_path: Path) 
 
 
 def test_a_first_start_is_not_a_lost_state(tmp_path: Path) -> None:
-    settings = _settings(tmp_path, checkpoint={"on_lost_state": "refuse"})
+    settings = small_settings(tmp_path, checkpoint={"on_lost_state": "refuse"})
     broker = MemoryBroker()
-    _fill(broker, 300)
+    fill_cohort(broker, 300)
     worker = _run(settings, broker)
     assert worker.counters["processed"] == 300
 
@@ -183,9 +156,9 @@ def _models(broker: MemoryBroker, settings: Settings) -> list[tuple[bytes, int, 
 
 def test_two_workers_publish_under_their_own_keys(tmp_path: Path) -> None:
     broker = MemoryBroker()
-    _fill(broker, 1200)
-    a = _settings(tmp_path, "a")
-    b = _settings(tmp_path, "b", kafka={"group_id": "other"})
+    fill_cohort(broker, 1200)
+    a = small_settings(tmp_path, "a")
+    b = small_settings(tmp_path, "b", kafka={"group_id": "other"})
     wa, wb = _run(a, broker), _run(b, broker)
     assert wa.worker_id != wb.worker_id
     keys = {key for key, _, _ in _models(broker, a)}
@@ -195,12 +168,12 @@ def test_two_workers_publish_under_their_own_keys(tmp_path: Path) -> None:
 
 
 def test_versions_never_go_back_within_a_key(tmp_path: Path) -> None:
-    settings = _settings(tmp_path, kafka={"group_instance_id": "streammom-0"})
+    settings = small_settings(tmp_path, kafka={"group_instance_id": "streammom-0"})
     broker = MemoryBroker()
-    _fill(broker, 1500)
+    fill_cohort(broker, 1500)
     _run(settings, broker)
     _lose_state(settings)  # the rebuilt state starts again at version 0, in a later epoch
-    _fill(broker, 100, seed=5)
+    fill_cohort(broker, 100, seed=5)
     _run(settings, broker)
     models = _models(broker, settings)
     assert {key for key, _, _ in models} == {b"streammom/streammom-0"}
@@ -211,17 +184,17 @@ def test_versions_never_go_back_within_a_key(tmp_path: Path) -> None:
 
 
 def test_explicit_worker_id_and_its_validation(tmp_path: Path) -> None:
-    settings = _settings(tmp_path, worker={"id": "eu-1"})
+    settings = small_settings(tmp_path, worker={"id": "eu-1"})
     broker = MemoryBroker()
-    _fill(broker, 300)
+    fill_cohort(broker, 300)
     assert _run(settings, broker).model_key == b"streammom/eu-1"
     with pytest.raises(ValueError, match="pattern"):
-        _settings(tmp_path, worker={"id": "a b/../c"})
+        small_settings(tmp_path, worker={"id": "a b/../c"})
 
 
 # --------------------------------------------------------------------- item 14: vocabulary
 def test_vocabulary_flood_is_visible(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    settings = _settings(tmp_path, model={"vocabulary_capacity": 40})
+    settings = small_settings(tmp_path, model={"vocabulary_capacity": 40})
     broker = MemoryBroker()
     broker.create_topic(IN, 1)
     junk = {"type": "encounter", "id": "junk", "entity_id": "p0", "ts": 1767225600.0,

@@ -11,26 +11,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memory_harness import IN, memory_worker, small_settings
+
 from service.commands.run import install_signal_handlers
-from service.config import Settings, load_settings
+from service.config import Settings
 from service.memory_transport import MemoryBroker, MemorySink, MemorySource
 from service.metrics import WorkerMetrics
 from service.synthetic import generate_cohort, malformed_samples
 from service.worker import Worker
-
-IN = "streammom.events"
-
-
-def _settings(tmp_path: Path, **worker: Any) -> Settings:
-    return load_settings(overrides={
-        "model": {"max_depth": 2, "max_leaves": 4, "min_split_weight": 100.0,
-                  "refit_every": 500, "reservoir_size": 256, "vocabulary_capacity": 128},
-        "checkpoint": {"dir": str(tmp_path / "ckpt"), "every_events": 1000,
-                       "every_seconds": 3600},
-        "worker": {"batch_max_records": 250, "poll_timeout_s": 0.01,
-                   "backoff_initial_s": 0.01, "backoff_max_s": 0.05, **worker},
-        "http": {"enabled": False},
-    })
 
 
 def _fill(broker: MemoryBroker, n: int, *, seed: int = 1, partitions: int = 1,
@@ -48,20 +36,15 @@ def _fill(broker: MemoryBroker, n: int, *, seed: int = 1, partitions: int = 1,
     return ids, bad
 
 
-def _worker(settings: Settings, broker: MemoryBroker, **kw: Any) -> Worker:
-    return Worker(settings, MemorySource(broker, IN), MemorySink(broker),
-                  metrics=WorkerMetrics(), exit_when_idle=True, **kw)
-
-
 def _assigned_ids(broker: MemoryBroker, settings: Settings) -> list[str]:
     return [json.loads(r.value)["event_id"] for r in broker.records(settings.topics.assignments)]
 
 
 def test_batches_assignments_and_dead_letters(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     broker = MemoryBroker()
     ids, bad = _fill(broker, 2000, malformed_every=97)
-    worker = _worker(settings, broker)
+    worker = memory_worker(settings, broker)
     assert worker.run() == 0
     total = len(ids) + len(bad)
     # bounded batches, one flush each (+ the final shutdown flush)
@@ -102,11 +85,11 @@ def test_batches_assignments_and_dead_letters(tmp_path: Path) -> None:
 
 
 def test_offsets_commits_follow_flush_and_checkpoint(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     broker = MemoryBroker()
     _ids, _ = _fill(broker, 2600)
     events: list[tuple[str, Any]] = []
-    worker = _worker(settings, broker)
+    worker = memory_worker(settings, broker)
     store = worker.store
     sink_flush, source_commit, save = worker.sink.flush, worker.source.commit, store.save
 
@@ -143,23 +126,23 @@ def test_offsets_commits_follow_flush_and_checkpoint(tmp_path: Path) -> None:
 def test_crash_and_restore_gives_the_uninterrupted_state(tmp_path: Path) -> None:
     n = 3000
     # uninterrupted reference run
-    ref_settings = _settings(tmp_path / "ref")
+    ref_settings = small_settings(tmp_path / "ref")
     ref_broker = MemoryBroker()
     ids, _ = _fill(ref_broker, n, malformed_every=211)
-    ref = _worker(ref_settings, ref_broker)
+    ref = memory_worker(ref_settings, ref_broker)
     assert ref.run() == 0
 
-    settings = _settings(tmp_path / "crash")
+    settings = small_settings(tmp_path / "crash")
     broker = MemoryBroker()
     _fill(broker, n, malformed_every=211)
-    first = _worker(settings, broker)
+    first = memory_worker(settings, broker)
     first.restore()
     for _ in range(7):  # 7 batches of 250 → checkpoint at 1000 records, then "SIGKILL"
         first.process_batch(first.source.poll(250, 0.0))
     assert first.last_checkpoint_offsets == {(IN, 0): 1000}
     del first  # crash: no shutdown, no final checkpoint; outputs of 1000..1750 already produced
 
-    second = _worker(settings, broker)
+    second = memory_worker(settings, broker)
     assert second.run() == 0
     assert second.engine.snapshot() == ref.engine.snapshot()  # byte-identical state
     assigned = _assigned_ids(broker, settings)
@@ -169,10 +152,10 @@ def test_crash_and_restore_gives_the_uninterrupted_state(tmp_path: Path) -> None
 
 
 def test_broker_outage_is_retried_not_dead_lettered(tmp_path: Path) -> None:
-    settings = _settings(tmp_path, heartbeat_timeout_s=5.0)
+    settings = small_settings(tmp_path, worker={"heartbeat_timeout_s": 5.0})
     broker = MemoryBroker()
     ids, _ = _fill(broker, 1500)
-    worker = _worker(settings, broker)
+    worker = memory_worker(settings, broker)
     seen: dict[str, list[bool]] = {"ready": [], "healthy": []}
     calls = {"n": 0}
     real_flush = worker.sink.flush
@@ -197,10 +180,10 @@ def test_broker_outage_is_retried_not_dead_lettered(tmp_path: Path) -> None:
 
 
 def test_readiness_needs_assignment_restore_and_broker(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     broker = MemoryBroker()
     _fill(broker, 10)
-    worker = _worker(settings, broker)
+    worker = memory_worker(settings, broker)
     ok, details = worker.readiness()
     assert not ok and details == {"assigned": False, "restored": False, "model": False,
                                   "broker": False, "checkpoint": True}
@@ -211,7 +194,7 @@ def test_readiness_needs_assignment_restore_and_broker(tmp_path: Path) -> None:
 
 
 def test_stop_flag_finishes_batch_and_checkpoints(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     broker = MemoryBroker()
     _fill(broker, 400)
     worker = Worker(settings, MemorySource(broker, IN), MemorySink(broker),
@@ -231,7 +214,7 @@ def test_stop_flag_finishes_batch_and_checkpoints(tmp_path: Path) -> None:
 
 
 def test_sigterm_sets_the_flag_only(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     broker = MemoryBroker()
     _fill(broker, 300)
     worker = Worker(settings, MemorySource(broker, IN), MemorySink(broker),
@@ -251,10 +234,10 @@ def test_sigterm_sets_the_flag_only(tmp_path: Path) -> None:
 
 
 def test_multi_partition_offsets(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
+    settings = small_settings(tmp_path)
     broker = MemoryBroker()
     ids, _ = _fill(broker, 900, partitions=3)
-    worker = _worker(settings, broker)
+    worker = memory_worker(settings, broker)
     assert worker.run() == 0
     ends = broker.end_offsets(IN)
     assert worker.offsets == ends and worker.store.load().offsets == ends
