@@ -133,25 +133,42 @@ def assign(
     import json
 
     from service.commands.offline import assign_file
+    from streammom.serialization import SnapshotFormatError
 
-    counts = assign_file(str(snapshot), input, output)
+    try:
+        counts = assign_file(str(snapshot), input, output)
+    except SnapshotFormatError as exc:
+        typer.echo(f"error: {snapshot}: {' '.join(str(exc).split())}", err=True)
+        raise typer.Exit(2) from exc
     typer.echo(json.dumps(counts), err=True)
+
+
+MaxBytesOpt = Annotated[int | None, typer.Option(
+    "--max-bytes", min=1,
+    help="Refuse a snapshot that expands to more bytes than this (default 4 GiB; lower it "
+         "for files from elsewhere).")]
 
 
 @app.command()
 def inspect(
-    snapshot: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
-                                             help="Engine snapshot, checkpoint or model file.")],
+    snapshot: Annotated[Path, typer.Argument(
+        help="Engine snapshot, checkpoint or model file.")],
     top: Annotated[int, typer.Option(min=1, help="Top features per node.")] = 5,
     codes: Annotated[str | None, typer.Option(
         help="Feature names: auto (ICD-10-CM or ICD-9-CM when the codes look like it), none, "
              "icd10, icd9, or a code,name CSV file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a tree.")] = False,
+    max_bytes: MaxBytesOpt = None,
 ) -> None:
-    """Show a snapshot's hierarchy with weights and top features (relevance) and their names."""
-    from service.commands.report import inspect_snapshot
+    """Show a snapshot's hierarchy with weights and top features (relevance) and their names.
 
-    raise typer.Exit(inspect_snapshot(snapshot, codes, as_json, top=top))
+    A missing, unreadable or invalid file gives one ``error:`` line and exit status 2.
+    """
+    from service.commands.report import inspect_snapshot
+    from streammom.serialization import DEFAULT_MAX_BYTES
+
+    raise typer.Exit(inspect_snapshot(snapshot, codes, as_json, top=top,
+                                      max_bytes=max_bytes or DEFAULT_MAX_BYTES))
 
 
 @app.command()
@@ -198,12 +215,18 @@ def report(
     lam: Annotated[float, typer.Option(min=0.0, max=1.0, help="Relevance λ.")] = 0.7,
     png: Annotated[Path | None, typer.Option(help="Also write the figures as PNG here.")] = None,
     svg: Annotated[Path | None, typer.Option(help="Also write the figures as SVG here.")] = None,
+    max_bytes: MaxBytesOpt = None,
 ) -> None:
-    """Write a self-contained HTML report (tree, frequency chart, heatmap) of a snapshot."""
+    """Write a self-contained HTML report (tree, frequency chart, heatmap) of a snapshot.
+
+    A missing, unreadable or invalid file gives one ``error:`` line and exit status 2.
+    """
     from service.commands.report import run_report
+    from streammom.serialization import DEFAULT_MAX_BYTES
 
     raise typer.Exit(run_report(snapshot, output, events=events, codes=codes, lam=lam,
-                                png_dir=png, svg_dir=svg))
+                                png_dir=png, svg_dir=svg,
+                                max_bytes=max_bytes or DEFAULT_MAX_BYTES))
 
 
 @app.command()

@@ -28,7 +28,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -41,6 +41,7 @@ from pydantic import (
     StringConstraints,
     TypeAdapter,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -67,12 +68,29 @@ REJECT_REASONS: tuple[str, ...] = (
     "empty",
 )
 
+#: The reason for a record the Kafka client itself cannot parse (before any decoding).
+UNREADABLE = "unreadable"
+
 _ERROR_TEXT_MAX = 512
 
 
-_RFC3339_PREFIX = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+# RFC 3339 section 5.6 date-time (ASCII digits; "T"/"Z" in either case, or a space between
+# date and time, as its note allows). Python's fromisoformat alone would also take ISO 8601
+# forms RFC 3339 excludes (no seconds, "+0100", "+01", decimal comma, week dates).
+_RFC3339_LOCAL = r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
+_RFC3339_OFFSET = r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+_RFC3339 = re.compile(_RFC3339_LOCAL + _RFC3339_OFFSET)
+_RFC3339_NO_OFFSET = re.compile(_RFC3339_LOCAL)
 _TS_HELP = ("ts must be an RFC 3339 timestamp with offset (e.g. 2026-01-02T03:04:05Z) or a JSON "
             "number of epoch seconds")
+
+
+def _iso(ts: float) -> str:
+    """``ts`` (epoch seconds) as an RFC 3339 UTC string, for messages (any float is safe)."""
+    try:
+        return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:g} epoch seconds"
 
 
 def _parse_rfc3339(value: Any) -> Any:
@@ -81,15 +99,14 @@ def _parse_rfc3339(value: Any) -> Any:
     ``"1767225600000"`` as milliseconds. Numbers pass through unchanged."""
     if not isinstance(value, str):
         return value
-    if not _RFC3339_PREFIX.match(value):
+    if _RFC3339_NO_OFFSET.fullmatch(value):
+        raise ValueError(f"{_TS_HELP}; {value[:40]!r} has no offset (add Z or +HH:MM)")
+    if not _RFC3339.fullmatch(value):
         raise ValueError(f"{_TS_HELP}; got the string {value[:40]!r}")
-    try:
-        parsed = datetime.fromisoformat(value[:-1] + "Z" if value.endswith("z") else value)
+    try:  # the pattern guarantees an offset, so the result is aware
+        return datetime.fromisoformat(value[:-1] + "Z" if value.endswith("z") else value)
     except ValueError:
         raise ValueError(f"{_TS_HELP}; {value[:40]!r} is not a valid date-time") from None
-    if parsed.tzinfo is None:
-        raise ValueError(f"{_TS_HELP}; {value[:40]!r} has no offset (add Z or +HH:MM)")
-    return parsed
 
 
 def _epoch_seconds(min_ts: float, max_ts: float) -> Callable[[float | int | datetime], float]:
@@ -109,8 +126,8 @@ def _epoch_seconds(min_ts: float, max_ts: float) -> Callable[[float | int | date
         if not (math.isfinite(out) and min_ts <= out <= max_ts):
             shown = str(value)[:40]
             raise ValueError(
-                f"ts {shown} is outside the accepted window [{min_ts:.0f}, {max_ts:.0f}] "
-                "epoch seconds (1970 to 2100 by default); ts is in seconds, not milliseconds"
+                f"ts {shown} is outside the accepted window {_iso(min_ts)} to {_iso(max_ts)} "
+                "(limits.min_ts, limits.max_ts); a number is epoch seconds, not milliseconds"
             )
         return out
 
@@ -161,6 +178,29 @@ class DocumentEvent(_EventBase):
 Event = EncounterEvent | DocumentEvent
 
 
+def _ts_window_text(lim: LimitsSettings) -> str:
+    return f"{_iso(lim.min_ts)} to {_iso(lim.max_ts)} (limits.min_ts, limits.max_ts)"
+
+
+def _ts_json_schema(lim: LimitsSettings) -> dict[str, Any]:
+    """The JSON Schema of ``ts``: what :func:`_parse_rfc3339` and the window accept."""
+    number: dict[str, Any] = {"type": "number", "description": "epoch seconds"}
+    if math.isfinite(lim.min_ts):
+        number["minimum"] = lim.min_ts
+    if math.isfinite(lim.max_ts):
+        number["maximum"] = lim.max_ts
+    string = {"type": "string", "format": "date-time",
+              "pattern": f"^{_RFC3339_LOCAL}{_RFC3339_OFFSET}$"}
+    return {
+        "anyOf": [number, string],
+        "title": "Ts",
+        "description": (
+            "event time: a JSON number of epoch seconds, or an RFC 3339 date-time string with "
+            f"an offset; numeric strings are rejected; accepted times: {_ts_window_text(lim)}"
+        ),
+    }
+
+
 @functools.lru_cache(maxsize=16)
 def event_adapter(limits: LimitsSettings | None = None) -> TypeAdapter[Any]:
     """A ``TypeAdapter`` for the discriminated event union under ``limits`` (cached).
@@ -176,6 +216,7 @@ def event_adapter(limits: LimitsSettings | None = None) -> TypeAdapter[Any]:
         float | int | AwareDatetime,
         BeforeValidator(_parse_rfc3339),
         AfterValidator(_epoch_seconds(lim.min_ts, lim.max_ts)),
+        WithJsonSchema(_ts_json_schema(lim)),
     ]
 
     class Encounter(EncounterEvent):
@@ -209,10 +250,12 @@ def event_json_schema(limits: LimitsSettings | None = None) -> dict[str, Any]:
     """JSON Schema of the accepted events (what ``streammom schema`` prints)."""
     schema = event_adapter(limits).json_schema()
     schema["title"] = "streammom event"
+    lim = limits or LimitsSettings()
     schema["description"] = (
         "One input event (a JSON object per Kafka message or JSONL line). 'ts' is an "
-        "RFC 3339 timestamp string with offset, or a JSON number of epoch seconds (not a "
-        "numeric string, not milliseconds), between 1970 and 2100 by default."
+        "RFC 3339 date-time string with an offset (e.g. 2026-01-02T03:04:05Z) or a JSON "
+        "number of epoch seconds; a numeric string (\"1767225600\") is rejected, and so is "
+        f"any time outside {_ts_window_text(lim)}, such as epoch milliseconds."
     )
     return schema
 

@@ -405,6 +405,8 @@ class KafkaSource:
         consumer = self._ensure()
         try:
             batches = consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except kerrors.CorruptRecordError as exc:
+            return self._skip_unreadable(consumer, exc)
         except kerrors.KafkaError as exc:
             raise TransportError(f"poll: {exc!r}") from exc
         out: list[Record] = []
@@ -425,6 +427,35 @@ class KafkaSource:
             )
             self._positions[(tp.topic, tp.partition)] = recs[-1].offset + 1
         return out
+
+    def _skip_unreadable(self, consumer: KafkaConsumer, exc: BaseException) -> list[Record]:
+        """Step over a record the client cannot parse and return it as ``unreadable``.
+
+        kafka-python raises :class:`~kafka.errors.CorruptRecordError` for a batch that fails
+        its CRC or a record it cannot decode (e.g. a header key that is not UTF-8), and keeps
+        its position on that record, so every later poll raises again and the partition is
+        blocked for good. The partition and offset are those of the record stream that raised
+        (the fetcher's in-line records: kafka-python 3.0, pinned in ``pyproject.toml``). The
+        position moves one past it, so a corrupt batch costs one dead letter per record.
+        If the client does not say where it failed, the error is raised as a
+        :class:`TransportError` (retried as before).
+        """
+        part = getattr(getattr(consumer, "_fetcher", None), "_next_partition_records", None)
+        ktp = getattr(part, "topic_partition", None)
+        offset = getattr(part, "next_fetch_offset", None)
+        if ktp is None or not isinstance(offset, int):
+            raise TransportError(f"poll: {exc!r}") from exc
+        part.drain()
+        try:
+            consumer.seek(ktp, offset + 1)
+        except ValueError as seek_exc:  # revoked meanwhile: its next owner meets the record
+            raise TransportError(f"poll: {exc!r}") from seek_exc
+        tp = (ktp.topic, ktp.partition)
+        self._positions[tp] = offset + 1
+        _log.error("skipping a record the Kafka client cannot read",
+                   extra={"partition": ktp.partition, "offset": offset, "error": repr(exc)})
+        return [Record(ktp.topic, ktp.partition, offset, None, None,
+                       unreadable=f"{type(exc).__name__}: {exc}"[:512])]
 
     def assignment(self) -> set[TopicPartition]:
         with self._assigned_lock:
@@ -586,7 +617,14 @@ def _heartbeat_problem(consumer: Any, timeout_s: float) -> str | None:
 
 
 class KafkaSink:
-    """Produce with ``acks="all"``, idempotence and compression; never drops a message."""
+    """Produce with ``acks="all"``, idempotence and compression.
+
+    Retriable failures (an outage) are kept and retried, never dropped. A message the broker or
+    the producer definitively refuses (``_retriable`` is False: too large, topic not authorised,
+    invalid topic) cannot succeed on retry and is dropped, but never silently: it is logged at
+    error level, counted per topic in :attr:`dropped`, and reported to :attr:`on_drop` (the
+    worker points it at ``streammom_messages_dropped_total{topic}``).
+    """
 
     def __init__(self, cfg: KafkaSettings) -> None:
         self.cfg = cfg
@@ -595,6 +633,21 @@ class KafkaSink:
         self._unsent: list[tuple[str, bytes | None, bytes | None, Headers]] = []
         self._closed = False
         self._auth = _AuthWatch()
+        self.dropped: dict[str, int] = {}  # topic -> messages dropped (non-retriable errors)
+        self.on_drop: Callable[[str], None] | None = None  # called with the topic of each drop
+
+    def _drop(
+        self, msg: tuple[str, bytes | None, bytes | None, Headers], exc: BaseException | None
+    ) -> None:
+        """Give up on ``msg`` after a non-retriable error: log, count, report."""
+        _log_drop(msg, exc)
+        topic = msg[0]
+        self.dropped[topic] = self.dropped.get(topic, 0) + 1
+        if self.on_drop is not None:
+            try:
+                self.on_drop(topic)
+            except Exception as hook_exc:  # accounting must not turn a drop into a crash
+                _log.warning("on_drop hook failed", extra={"error": repr(hook_exc)})
 
     def _ensure(self) -> KafkaProducer:
         if self._producer is not None:
@@ -638,7 +691,7 @@ class KafkaSink:
             self._send(msg)
         except (kerrors.KafkaError, TransportError) as exc:
             if not _retriable(exc):
-                _drop(msg, exc)
+                self._drop(msg, exc)
                 return
             self._unsent.append(msg)
 
@@ -651,7 +704,7 @@ class KafkaSink:
                     self._send(msg)
                 except (kerrors.KafkaError, TransportError) as exc:
                     if not _retriable(exc):
-                        _drop(msg, exc)
+                        self._drop(msg, exc)
                         continue
                     self._unsent = unsent[i:]
                     if isinstance(exc, AuthenticationError):
@@ -676,7 +729,7 @@ class KafkaSink:
                     failed.append(msg)
                     first_error = first_error or exc
                 else:
-                    _drop(msg, exc)
+                    self._drop(msg, exc)
         self._inflight = still
         if failed:
             self._unsent = failed + self._unsent
@@ -710,7 +763,9 @@ def _retriable(exc: BaseException | None) -> bool:
     return True
 
 
-def _drop(msg: tuple[str, bytes | None, bytes | None, Headers], exc: BaseException | None) -> None:
+def _log_drop(
+    msg: tuple[str, bytes | None, bytes | None, Headers], exc: BaseException | None
+) -> None:
     topic, key, value, _ = msg
     _log.error(
         "dropping message after a non-retriable produce error",

@@ -22,6 +22,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import generate_latest
 
+from service.events import REJECT_REASONS, UNREADABLE
 from service.transport import TopicPartition
 from streammom import __version__
 
@@ -99,6 +100,13 @@ class WorkerMetrics:
             "Assignment messages produced (acknowledged or queued).",
             registry=r,
         )
+        self.messages_dropped = Counter(
+            "streammom_messages_dropped",
+            "Output messages given up after a non-retriable produce error (too large for the "
+            "topic, not authorised), by topic; each is also logged at error level.",
+            ["topic"],
+            registry=r,
+        )
         self.offset_resets = Counter(
             "streammom_offset_resets",
             "Input partitions whose position was reset behind the state's offset (topic "
@@ -133,8 +141,7 @@ class WorkerMetrics:
         )
         self.build_info = Info("streammom_build", "Build information.", registry=r)
         self.build_info.info({"version": __version__, "python": platform.python_version()})
-        for reason in ("invalid_json", "not_utf8", "schema", "empty", "oversized",
-                       "unknown_type"):
+        for reason in (UNREADABLE, *REJECT_REASONS):
             self.events_rejected.labels(reason=reason)
         self._lag_labels: set[TopicPartition] = set()
 

@@ -48,6 +48,9 @@ class Record:
     value: bytes | None
     headers: Headers = field(default_factory=tuple)
     timestamp_ms: int | None = None
+    #: Why the client could not read this record (a corrupt batch, a header key that is not
+    #: UTF-8); key and value are then None and the worker dead-letters it as ``unreadable``.
+    unreadable: str | None = None
 
 
 AssignCallback = Callable[[list[TopicPartition]], None]

@@ -61,7 +61,7 @@ import numpy as np
 
 from service.checkpoint import CheckpointStore, NoValidCheckpointError, encode_checkpoint
 from service.config import ModelSettings, Settings
-from service.events import EventDecoder, Rejection
+from service.events import UNREADABLE, EventDecoder, Rejection
 from service.metrics import WorkerMetrics
 from service.transport import Record, Sink, Source, TopicPartition, TransportError
 from streammom import __version__, warm_up
@@ -160,7 +160,11 @@ def _offset_labels(offsets: Mapping[TopicPartition, int]) -> dict[str, int]:
 
 
 def _headers_size(headers: list[tuple[str, bytes]]) -> int:
-    return sum(len(name) + len(value or b"") for name, value in headers)
+    """An upper bound of the bytes ``headers`` add to a record, as the producer counts them
+    against ``max_request_size``: UTF-8 bytes of each name (not characters), the value, and
+    up to 5 + 5 bytes of varint lengths per header (many tiny headers add up)."""
+    return sum(len(name.encode("utf-8", "surrogatepass")) + len(value or b"") + 10
+               for name, value in headers)
 
 
 @dataclass
@@ -199,6 +203,8 @@ class Worker:
         self.source = source
         self.sink = sink
         self.metrics = metrics or WorkerMetrics()
+        if hasattr(sink, "on_drop"):  # a sink that can give up on a message reports it
+            sink.on_drop = lambda topic: self.metrics.messages_dropped.labels(topic=topic).inc()
         self.engine_factory = engine_factory or (lambda: build_engine(settings.model))
         self.store = CheckpointStore(checkpoint_dir or settings.checkpoint.dir)
         self.exit_when_idle = exit_when_idle
@@ -616,6 +622,8 @@ class Worker:
             decoded = self.decoder.decode_many([r.value for r in block])
             events = []
             for rec, item in zip(block, decoded, strict=True):
+                if rec.unreadable is not None:
+                    item = Rejection(UNREADABLE, rec.unreadable)
                 if isinstance(item, Rejection):
                     self._dead_letter(rec, item)
                     result.rejected[item.reason] = result.rejected.get(item.reason, 0) + 1
@@ -657,6 +665,8 @@ class Worker:
             carried = [("dlq.input.headers.dropped", str(len(carried)).encode())]
         headers += carried
         key, value = rec.key, rec.value
+        if key is None and value is None:  # a record with neither (or unreadable): Kafka needs one
+            value = b""
         room = budget - _headers_size(headers) - 512  # + the truncation headers below
         if len(key or b"") + len(value or b"") > room:
             whole = value or b""

@@ -60,14 +60,23 @@ import scipy.sparse.linalg as spla
 from streammom._buffers import PackedBufferPool
 from streammom._validation import as_csr, as_weights, check_random_state_int
 from streammom.decompose import KnownSpectrumOperator, top_eigenpairs
-from streammom.model import HierarchyModel, Router, Routing, TreeNode, check_tree
+from streammom.model import (
+    MAX_NODE_ID,
+    HierarchyModel,
+    Router,
+    Routing,
+    TreeNode,
+    check_tree,
+)
 from streammom.moments import (
     MomentAccumulator,
     SymmetricMatrix,
+    packed_size,
     row_sums,
 )
 from streammom.reservoir import Reservoir
 from streammom.serialization import (
+    DEFAULT_MAX_BYTES,
     SnapshotFormatError,
     archive_bytes,
     check_manifest,
@@ -1128,7 +1137,16 @@ class StreamingHierarchy:
     def from_archive(
         cls, manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
     ) -> StreamingHierarchy:
-        """Rebuild an engine from :meth:`to_archive` output (validates the schema)."""
+        """Rebuild an engine from :meth:`to_archive` output (validates the schema).
+
+        The archive is data from outside. Before anything is allocated, what the manifest
+        declares is checked against the arrays it comes with (:func:`_check_archive`): the
+        dimension, the vocabulary and every node's sums agree, and the reservoir buffers the
+        nodes would allocate (not stored in the archive) fit :data:`DEFAULT_MAX_BYTES`. The
+        tree is checked before anything walks it (one root — ``state.root_id`` —, links
+        consistent both ways, no cycle, every node reachable, true depths). Any violation, or
+        a missing or mistyped field, raises :class:`SnapshotFormatError` (one line).
+        """
         check_manifest(
             manifest,
             kind="streaming-hierarchy",
@@ -1136,8 +1154,19 @@ class StreamingHierarchy:
             what="engine snapshot",
         )
         try:
+            by_node: dict[str, dict[str, np.ndarray]] = {}
+            for key, arr in arrays.items():  # "n12_res_idx" → by_node["n12"]["res_idx"]
+                head, sep, tail = key.partition("_")
+                if sep:
+                    by_node.setdefault(head, {})[tail] = arr
+            _check_archive(manifest, by_node)
             vocab = (None if manifest.get("vocabulary") is None
                      else Vocabulary.from_archive(manifest["vocabulary"]))
+            if vocab is not None and vocab.n_features != int(manifest["n_features"]):
+                raise SnapshotFormatError(
+                    f"malformed engine snapshot: the vocabulary has {vocab.n_features} "
+                    f"features, the engine {manifest['n_features']}"
+                )
             cfg = dict(manifest["config"])
             eng = cls(None, vocab, **cfg) if vocab is not None else cls(None, **cfg)
             d = manifest["n_features"]
@@ -1162,8 +1191,7 @@ class StreamingHierarchy:
             nodes: dict[int, _Node] = {}
             for meta in manifest["nodes"]:
                 nid = int(meta["id"])
-                pre = f"n{nid}_"
-                sub = {k[len(pre):]: a for k, a in arrays.items() if k.startswith(pre)}
+                sub = by_node.get(f"n{nid}", {})
                 acc = MomentAccumulator.from_archive(meta["acc"], sub)
                 res = Reservoir.from_archive(meta["reservoir"], sub)
                 router = None
@@ -1192,6 +1220,8 @@ class StreamingHierarchy:
             eng.nodes_ = nodes
             eng._rebuild_model()
             return eng
+        except SnapshotFormatError:
+            raise
         except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError,
                 RecursionError) as exc:
             raise SnapshotFormatError(f"malformed engine snapshot: {exc!r}") from exc
@@ -1210,6 +1240,53 @@ class StreamingHierarchy:
         return (
             f"StreamingHierarchy(d={self.n_features_}, nodes={len(self.nodes_)}, "
             f"leaves={n_leaves}, version={self.model_version_}, events={self.n_events_seen_})"
+        )
+
+
+def _check_archive(manifest: Mapping[str, Any],
+                   by_node: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+    """Refuse an engine archive whose manifest would make ``from_archive`` allocate beyond
+    what the archive holds, before anything is allocated.
+
+    Checked: ``n_features`` d with d(d+1)/2 float64 sums per node within
+    :data:`DEFAULT_MAX_BYTES`; node ids distinct, in [0, :data:`MAX_NODE_ID`] and below
+    ``state.next_id``; each node's ``s`` (and ``C`` when it has one) present with the shapes
+    d implies; each reservoir of width ≤ 2d + 8, and all of them together (``capacity ×
+    width`` index/value buffers, allocated on restore but not stored) within
+    :data:`DEFAULT_MAX_BYTES`.
+    """
+    bad = "malformed engine snapshot: "
+    nodes = manifest["nodes"]
+    if not isinstance(nodes, list) or not all(isinstance(m, dict) for m in nodes):
+        raise SnapshotFormatError(bad + "nodes must be a list of objects")
+    if manifest["n_features"] is None:
+        if nodes or manifest.get("vocabulary") is not None:
+            raise SnapshotFormatError(bad + "nodes or a vocabulary without n_features")
+        return
+    d = int(manifest["n_features"])
+    if d < 2 or packed_size(d) * 8 > DEFAULT_MAX_BYTES:
+        raise SnapshotFormatError(bad + f"n_features {d} is out of range")
+    capacity = int(manifest["config"]["reservoir_size"])
+    ids = [int(meta["id"]) for meta in nodes]
+    if len(set(ids)) != len(ids) or not all(0 <= i <= MAX_NODE_ID for i in ids):
+        raise SnapshotFormatError(bad + f"node ids must be distinct, in [0, {MAX_NODE_ID}]")
+    if ids and int(manifest["state"]["next_id"]) <= max(ids):
+        raise SnapshotFormatError(bad + "state.next_id is not above every node id")
+    reservoir_bytes = capacity * (8 * 12 + 4)  # the root a vocabulary's constructor makes
+    for nid, meta in zip(ids, nodes, strict=True):
+        sub = by_node.get(f"n{nid}", {})
+        acc, res = meta["acc"], meta["reservoir"]
+        s, C = sub.get("s"), sub.get("C")
+        if (int(acc["n_features"]) != d or s is None or s.shape != (d,)
+                or (acc["has_C"] and (C is None or C.shape != (packed_size(d),)))):
+            raise SnapshotFormatError(bad + f"node {nid}: sums do not match n_features {d}")
+        width, rows = int(res["width"]), int(res["capacity"])
+        if int(res["n_features"]) != d or rows < 1 or not 0 <= width <= 2 * d + 8:
+            raise SnapshotFormatError(bad + f"node {nid}: reservoir does not match n_features")
+        reservoir_bytes += rows * (max(width, 8) * 12 + 4)
+    if reservoir_bytes > DEFAULT_MAX_BYTES:
+        raise SnapshotFormatError(
+            bad + f"the reservoirs would take {reservoir_bytes} bytes > {DEFAULT_MAX_BYTES}"
         )
 
 

@@ -38,6 +38,10 @@ from streammom.serialization import (
 __all__ = ["HierarchyModel", "Router", "Routing", "TreeNode", "map_router"]
 
 MODEL_SCHEMA_VERSION = 1
+MAX_NODE_ID = 2**24 - 1
+"""Largest node id a snapshot may hold: routing (and the engine) keep tables indexed by node
+id (8 bytes per id up to the largest), so a crafted id of 2**40 must not allocate 8 TiB. Ids
+are handed out two per split, so a live engine needs ~8 million splits to get here."""
 _MU_FLOOR = 1e-6
 
 
@@ -171,6 +175,10 @@ class HierarchyModel:
             {n.node_id: (n.parent, n.children) for n in self.nodes.values()}
         )
         for node in self.nodes.values():
+            # routing sizes its path arrays by the deepest depth: depths must be the real ones
+            depth = 0 if node.node_id == self.root_id else self.nodes[node.parent].depth + 1
+            if node.depth != depth:
+                raise ValueError(f"node {node.node_id}: depth {node.depth}, expected {depth}")
             if node.mean.shape != (self.n_features,):
                 raise ValueError(f"node {node.node_id}: mean has shape {node.mean.shape}")
             if node.children:
@@ -336,7 +344,15 @@ class HierarchyModel:
     def from_archive(
         cls, manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
     ) -> HierarchyModel:
-        """Rebuild a model from :meth:`to_archive` output, validating the schema."""
+        """Rebuild a model from :meth:`to_archive` output, validating the schema.
+
+        The archive is data from outside: besides the tree checks of the constructor (one
+        root, links consistent both ways, no cycle, every node reachable, true depths), the
+        arrays must have exactly one row per node / internal node of the manifest, node ids
+        must be distinct and at most :data:`MAX_NODE_ID` (routing allocates a table indexed by
+        id), and feature names must be strings. Any violation — or a missing or mistyped
+        field — raises :class:`SnapshotFormatError` with a one-line reason.
+        """
         check_manifest(
             manifest,
             kind="hierarchy-model",
@@ -348,6 +364,31 @@ class HierarchyModel:
             rw = np.asarray(arrays["router_weights"], dtype=np.float64)
             rb = np.asarray(arrays["router_bias"], dtype=np.float64)
             nodes_meta = manifest["nodes"]
+            d = int(manifest["n_features"])
+            if not isinstance(nodes_meta, list) or not all(isinstance(m, dict)
+                                                           for m in nodes_meta):
+                raise SnapshotFormatError("malformed hierarchy model: nodes must be objects")
+            ids = [int(meta["id"]) for meta in nodes_meta]
+            if len(set(ids)) != len(ids) or not all(0 <= i <= MAX_NODE_ID for i in ids):
+                raise SnapshotFormatError(
+                    f"malformed hierarchy model: node ids must be distinct, in [0, {MAX_NODE_ID}]"
+                )
+            n_internal = sum(1 for meta in nodes_meta if meta["children"])
+            if (means.shape != (len(ids), d) or rw.shape != (n_internal, 2, d)
+                    or rb.shape != (n_internal, 2)):
+                raise SnapshotFormatError(
+                    f"malformed hierarchy model: {len(ids)} nodes ({n_internal} internal) of "
+                    f"{d} features, but arrays means {means.shape}, router_weights "
+                    f"{rw.shape}, router_bias {rb.shape}"
+                )
+            names = manifest.get("feature_names")
+            if names is not None and not (isinstance(names, list)
+                                          and all(isinstance(n, str) for n in names)):
+                raise SnapshotFormatError("malformed hierarchy model: feature_names")
+            if manifest["family"] not in ("bernoulli", "multinomial"):
+                raise SnapshotFormatError(
+                    f"malformed hierarchy model: family {manifest['family']!r}"
+                )
             internal_i = 0
             nodes = []
             for row, meta in enumerate(nodes_meta):
@@ -369,13 +410,15 @@ class HierarchyModel:
                 )
             return cls(
                 nodes,
-                n_features=int(manifest["n_features"]),
+                n_features=d,
                 family=manifest["family"],
                 method=str(manifest["method"]),
                 version=int(manifest["version"]),
-                feature_names=manifest.get("feature_names"),
+                feature_names=names,
                 metadata=manifest.get("metadata") or {},
             )
+        except SnapshotFormatError:
+            raise
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError,
                 RecursionError) as exc:
             raise SnapshotFormatError(f"malformed hierarchy model: {exc!r}") from exc

@@ -3,7 +3,8 @@
 An archive is a ZIP file with one ``manifest.json`` member and one ``<name>.npy`` member per
 array (the ``.npz`` layout, so ``numpy.load`` can read the arrays too). Members are written in
 sorted order with a fixed timestamp and fixed compression, so the same manifest and arrays give
-byte-identical archives. Arrays are read with ``allow_pickle=False``; object arrays are refused.
+byte-identical archives. Reading never unpickles and trusts nothing in the file: see
+:func:`read_archive` for what is bounded and checked before anything is allocated.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import zipfile
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -25,6 +26,14 @@ FORMAT_NAME = "streammom"
 MANIFEST_MEMBER = "manifest.json"
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 _DEFAULT_MAX_BYTES = 4 * 1024**3
+DEFAULT_MAX_BYTES = _DEFAULT_MAX_BYTES
+"""Default limit on what an archive may expand to (sum of its members' uncompressed sizes).
+
+A full engine checkpoint at the default configuration (4,096 features, 16 leaves → 31 nodes,
+each with d(d+1)/2 float64 second-order sums) is about 2.1 GB uncompressed, so the limit is
+not lower; pass a smaller ``max_bytes`` (``streammom inspect --max-bytes``) for files from
+elsewhere.
+"""
 
 
 class SnapshotFormatError(ValueError):
@@ -102,19 +111,35 @@ def read_archive(
 
     Archives are data from outside, so nothing is trusted before it is checked:
 
-    * the declared uncompressed sizes add up to at most ``max_bytes``, member names are plain
-      ``<name>.npy`` (no paths, no duplicates);
-    * ``manifest.json`` is at most 16 MiB and at most 64 levels deep;
-    * every array's ``.npy`` header is parsed first: a plain numeric dtype (never object, so
-      never pickle), and a shape whose byte size is exactly the member's declared size —
-      so a header announcing a huge shape allocates nothing;
+    * the declared uncompressed sizes add up to at most ``max_bytes`` (default
+      :data:`DEFAULT_MAX_BYTES`), member names are plain ``<name>.npy`` (no paths, no
+      duplicates), members are stored or deflated (never bzip2/lzma, whose small reads can
+      inflate without bound) and not encrypted;
+    * ``manifest.json`` is at most 16 MiB, at most 64 levels deep, and holds only finite
+      numbers (no NaN, Infinity, 1e999 or integers beyond Python's 4,300 digits);
+    * every array's ``.npy`` header (v1.0/2.0, at most 64 KiB) is parsed first: a plain
+      numeric dtype (never object, so never pickle), and a shape whose byte size is exactly
+      the member's declared size — so a header announcing a huge shape allocates nothing;
     * array data is inflated in bounded chunks up to that declared size and no further, so a
       member whose ZIP sizes lie ends in an error (short read or CRC mismatch), not in
       unbounded memory.
 
+    Reading therefore costs at most the file, the declared sizes (≤ ``max_bytes``) and one
+    1 MiB chunk, whatever the file says; a file much larger than ``max_bytes`` (a ZIP is
+    never much larger than its content) is refused before it is read. Compression ratios are
+    not limited: legitimate moment sums can be almost all zeros (≈ 1000:1 with deflate).
+
     Any failure — bad ZIP structure, CRC or deflate errors, truncation — raises
-    :class:`SnapshotFormatError` with a one-line reason.
+    :class:`SnapshotFormatError` with a one-line reason (naming the member when there is
+    one); a path that cannot be opened raises :class:`OSError`.
     """
+    if not isinstance(source, bytes):
+        path = Path(source)
+        if path.is_dir():
+            raise SnapshotFormatError(f"{source} is a directory, not a snapshot")
+        size = path.stat().st_size
+        if size > max_bytes + max_bytes // 64 + (1 << 20):
+            raise SnapshotFormatError(f"file is {size} bytes > limit {max_bytes}")
     try:
         raw = source if isinstance(source, bytes) else Path(source).read_bytes()
     except IsADirectoryError as exc:
@@ -131,6 +156,8 @@ def read_archive(
 
 _MAX_MANIFEST_BYTES = 16 * 1024**2
 _MAX_MANIFEST_DEPTH = 64
+_MAX_NPY_HEADER = 64 * 1024
+_MAX_NDIM = 32
 _CHUNK = 1 << 20
 _JSON_NESTING = re.compile(rb'[\[\]{}]|"(?:[^"\\]|\\.)*"')
 
@@ -142,6 +169,8 @@ def _read_members(
     names = [i.filename for i in infos]
     if len(set(names)) != len(names):
         raise SnapshotFormatError("archive has duplicate members")
+    for info in infos:
+        _check_entry(info)
     total = sum(i.file_size for i in infos)
     if total > max_bytes:
         raise SnapshotFormatError(f"archive expands to {total} bytes > limit {max_bytes}")
@@ -157,6 +186,35 @@ def _read_members(
             raise SnapshotFormatError(f"unexpected archive member {name!r}")
         arrays[name[:-4]] = _read_array(zf, info)
     return manifest, arrays
+
+
+def _check_entry(info: zipfile.ZipInfo) -> None:
+    """Refuse what :func:`archive_bytes` never writes, before zipfile acts on it: another
+    compression than stored/deflate (bzip2 and lzma inflate a small read without bound, others
+    are unsupported), an encrypted entry, a stored entry whose two sizes differ."""
+    name = info.filename
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise SnapshotFormatError(
+            f"member {name!r}: unsupported compression method {info.compress_type}"
+        )
+    if info.flag_bits & 0x1:
+        raise SnapshotFormatError(f"member {name!r} is encrypted")
+    if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+        raise SnapshotFormatError(
+            f"member {name!r} is stored but declares {info.compress_size} stored and "
+            f"{info.file_size} uncompressed bytes"
+        )
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not np.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
 
 
 def _read_manifest(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> dict[str, Any]:
@@ -175,28 +233,59 @@ def _read_manifest(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> dict[str, Any]
                 raise SnapshotFormatError(f"manifest nests deeper than {_MAX_MANIFEST_DEPTH}")
         elif tok in (b"]", b"}"):
             depth -= 1
-    try:
-        manifest = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    try:  # ValueError: bad UTF-8, bad JSON, NaN/Infinity, 1e999, an integer of > 4300 digits
+        manifest = json.loads(text.decode("utf-8"), parse_float=_finite_float,
+                              parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
         raise SnapshotFormatError(f"manifest is not valid JSON: {exc}") from exc
     if not isinstance(manifest, dict):
         raise SnapshotFormatError("manifest must be a JSON object")
     return manifest
 
 
+class _HeaderReader:
+    """Reads at most ``limit`` bytes of a member: a ``.npy`` header (numpy writes < 200 bytes)
+    announcing a length of up to 4 GiB is refused instead of being read."""
+
+    def __init__(self, fh: IO[bytes], name: str, limit: int = _MAX_NPY_HEADER) -> None:
+        self._fh, self._name, self._left = fh, name, limit
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0 or n > self._left:
+            raise SnapshotFormatError(f"bad array member {self._name!r}: .npy header too long")
+        self._left -= n
+        return self._fh.read(n)
+
+
 def _read_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
     name = info.filename
+    try:
+        return _inflate_array(zf, info)
+    except SnapshotFormatError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
+            ValueError, OSError) as exc:  # CRC or deflate errors, bad local header …
+        raise SnapshotFormatError(f"bad array member {name!r}: {exc}") from exc
+
+
+def _inflate_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    name = info.filename
     with zf.open(info) as fh:
+        header_fh = _HeaderReader(fh, name)
         try:
-            version = np.lib.format.read_magic(fh)
+            version = np.lib.format.read_magic(header_fh)
             if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(header_fh)
             elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(header_fh)
             else:
                 raise SnapshotFormatError(f"array {name!r}: unsupported .npy version {version}")
-        except ValueError as exc:
+        except SnapshotFormatError:
+            raise
+        except Exception as exc:  # numpy parses the header dict with ast (SyntaxError, …)
             raise SnapshotFormatError(f"bad array member {name!r}: {exc}") from exc
+        if len(shape) > _MAX_NDIM:
+            raise SnapshotFormatError(f"array {name!r} has {len(shape)} dimensions")
         if dtype.hasobject or dtype.kind not in "biufc" or dtype.fields is not None:
             raise SnapshotFormatError(f"bad array member {name!r}: unsupported dtype {dtype}")
         count = 1

@@ -10,14 +10,18 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 from service.commands.streams import binary_stream
 from service.config import LimitsSettings, ModelSettings
 from service.events import EventDecoder, Rejection
 from streammom.model import HierarchyModel
-from streammom.serialization import SnapshotFormatError, atomic_write_bytes, read_archive
+from streammom.serialization import (
+    DEFAULT_MAX_BYTES,
+    SnapshotFormatError,
+    atomic_write_bytes,
+    read_archive,
+)
 
 __all__ = [
     "LoadedSnapshot",
@@ -37,24 +41,36 @@ class LoadedSnapshot:
     model: HierarchyModel
 
 
-def load_snapshot(path: str | os.PathLike[str]) -> LoadedSnapshot:
-    """Open an engine snapshot, a daemon checkpoint or a bare model archive."""
-    raw = Path(path).read_bytes()
-    manifest, arrays = read_archive(raw)
+def load_snapshot(
+    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> LoadedSnapshot:
+    """Open an engine snapshot, a daemon checkpoint or a bare model archive.
+
+    The file is untrusted: :func:`~streammom.serialization.read_archive` bounds what it may
+    expand to (``max_bytes``, the declared member sizes) and the loaders validate the tree and
+    the arrays against the manifest. Raises :class:`SnapshotFormatError` with a one-line
+    reason (without the path) for anything that is not a valid snapshot, and
+    :class:`OSError` if the file cannot be read.
+    """
+    manifest, arrays = read_archive(path, max_bytes=max_bytes)
     kind = str(manifest.get("kind"))
-    if kind == "hierarchy-model":
-        return LoadedSnapshot(kind, None, HierarchyModel.from_archive(manifest, arrays))
-    if kind == "daemon-checkpoint":
-        from service.checkpoint import decode_checkpoint
-
-        engine = decode_checkpoint(raw).engine()
-        return LoadedSnapshot(kind, engine, engine.model_)
-    from streammom import StreamingHierarchy
-
     try:
+        if kind == "hierarchy-model":
+            return LoadedSnapshot(kind, None, HierarchyModel.from_archive(manifest, arrays))
+        if kind == "daemon-checkpoint":
+            from service.checkpoint import decode_checkpoint
+
+            del arrays  # decode_checkpoint reads the file again: never hold two copies
+            engine = decode_checkpoint(path).engine()
+            return LoadedSnapshot(kind, engine, engine.model_)
+        from streammom import StreamingHierarchy
+
         engine = StreamingHierarchy.from_archive(manifest, arrays)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise SnapshotFormatError(f"{path}: not a streammom snapshot ({kind}): {exc}") from exc
+    except SnapshotFormatError:
+        raise
+    except (LookupError, TypeError, ValueError, AttributeError, OverflowError,
+            RecursionError) as exc:
+        raise SnapshotFormatError(f"invalid {kind} snapshot: {exc!r}") from exc
     return LoadedSnapshot(kind, engine, engine.model_)
 
 

@@ -22,32 +22,42 @@ from streammom.report import (
     export_figures,
     from_engine,
     load_codes,
-    load_model,
+    model_info,
 )
 from streammom.report.codes import detect_codes
-from streammom.serialization import SnapshotFormatError, atomic_write_bytes
+from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, atomic_write_bytes
 
 __all__ = ["inspect_snapshot", "load_for_report", "resolve_codes", "run_report"]
 
 EXIT_USAGE = 2
 
 
-def load_for_report(path: str | os.PathLike[str]) -> tuple[HierarchyModel, dict[str, Any]]:
-    """``(model, info)`` of a model archive, an engine snapshot or a daemon checkpoint."""
+def load_for_report(
+    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[HierarchyModel, dict[str, Any]]:
+    """``(model, info)`` of a model archive, an engine snapshot or a daemon checkpoint.
+
+    The file is read once, bounded by ``max_bytes`` (see
+    :func:`service.commands.offline.load_snapshot`). Raises :class:`OSError` for a missing,
+    unreadable or directory path and :class:`SnapshotFormatError` (naming the path) for
+    anything that is not a valid snapshot.
+    """
     from service.commands.offline import load_snapshot
 
     source = Path(path)
+    if source.is_dir():
+        raise IsADirectoryError(f"snapshot is a directory: {source}")
     if not source.is_file():
         raise FileNotFoundError(f"snapshot not found: {source}")
     try:
-        loaded = load_snapshot(source)
+        loaded = load_snapshot(source, max_bytes=max_bytes)
     except (KeyError, TypeError, IndexError, AttributeError, OverflowError,
             RecursionError) as exc:
         raise SnapshotFormatError(f"{source}: invalid snapshot: {exc!r}") from exc
     except SnapshotFormatError as exc:
         raise SnapshotFormatError(f"{source}: not a streammom snapshot ({exc})") from exc
     if loaded.engine is None:
-        return load_model(source)
+        return loaded.model, model_info(loaded.model, kind=loaded.kind, source=str(source))
     try:
         return from_engine(loaded.engine, source=str(source))
     except ValueError as exc:
@@ -64,8 +74,17 @@ def resolve_codes(spec: str | None, model: HierarchyModel) -> CodeMap | None:
     return load_codes(spec)
 
 
-def _fail(message: str, err: TextIO | None = None) -> int:
-    print(f"error: {message}", file=err or sys.stderr)
+# What a bad file, path or option can raise while loading and rendering; every such failure
+# becomes one ``error:`` line and exit status 2, never a traceback.
+_FAILURES = (OSError, ValueError, RuntimeError, LookupError, TypeError, AttributeError,
+             MemoryError)
+
+
+def _fail(message: str | BaseException, err: TextIO | None = None) -> int:
+    if isinstance(message, MemoryError):
+        message = f"out of memory: {message}"
+    text = " ".join(str(message).split()) or type(message).__name__  # always one line
+    print(f"error: {text}", file=err or sys.stderr)
     return EXIT_USAGE
 
 
@@ -81,11 +100,16 @@ def run_report(
     sample: int = 400,
     seed: int = 0,
     err: TextIO | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> int:
-    """Write the HTML report of ``snapshot`` to ``output`` (+ PNG/SVG exports); exit status."""
+    """Write the HTML report of ``snapshot`` to ``output`` (+ PNG/SVG exports); exit status.
+
+    Any failure (missing or unreadable file, invalid or hostile snapshot, bad option) prints
+    one ``error: …`` line on ``err`` and returns 2; ``output`` is then not written.
+    """
     err = err or sys.stderr
     try:
-        model, info = load_for_report(snapshot)
+        model, info = load_for_report(snapshot, max_bytes=max_bytes)
         code_map = resolve_codes(codes, model)
         figures = compute_figures(
             model, codes=code_map, events=events, lam=lam, sample=sample, seed=seed
@@ -95,8 +119,8 @@ def run_report(
         written = [Path(output)]
         if png_dir is not None or svg_dir is not None:
             written += export_figures(figures, png_dir=png_dir, svg_dir=svg_dir)
-    except (OSError, ValueError, RuntimeError) as exc:
-        return _fail(str(exc), err)
+    except _FAILURES as exc:
+        return _fail(exc, err)
     heat = f", heatmap of {figures.heatmap.n_rows} events" if figures.heatmap else ""
     print(
         f"report of model v{model.version} ({len(model.nodes)} nodes, {model.n_leaves} leaves"
@@ -115,26 +139,33 @@ def inspect_snapshot(
     lam: float = 0.7,
     out: TextIO | None = None,
     err: TextIO | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> int:
     """Print a snapshot's tree (rich) or its JSON summary; return the exit status.
 
-    This is what ``streammom inspect SNAPSHOT [--codes …] [--json] [--top N]`` runs.
+    This is what ``streammom inspect SNAPSHOT [--codes …] [--json] [--top N] [--max-bytes N]``
+    runs. Any failure (missing, unreadable or directory path, invalid or hostile snapshot —
+    see :func:`load_for_report`) prints one ``error: …`` line on ``err`` and returns 2.
     """
     from streammom.report.terminal import render_tree, tree_summary
 
     out = out or sys.stdout
     try:
-        model, info = load_for_report(path)
+        model, info = load_for_report(path, max_bytes=max_bytes)
         code_map = resolve_codes(codes, model)
-    except (OSError, ValueError) as exc:
-        return _fail(str(exc), err)
+        if json_output:
+            text = json.dumps(tree_summary(model, info, code_map, top, lam=lam), indent=2,
+                              sort_keys=False) + "\n"
+        else:
+            tree = render_tree(model, info, code_map, top, lam=lam)
+    except _FAILURES as exc:
+        return _fail(exc, err)
     if json_output:
-        summary = tree_summary(model, info, code_map, top, lam=lam)
-        out.write(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+        out.write(text)
         return 0
     from rich.console import Console
 
     tty = hasattr(out, "isatty") and out.isatty()
     console = Console(file=out, width=None if tty else 160)
-    console.print(render_tree(model, info, code_map, top, lam=lam))
+    console.print(tree)
     return 0

@@ -4,7 +4,7 @@ Two archive kinds are accepted (both JSON manifest + ``.npy`` members, never pic
 
 * ``"hierarchy-model"`` — a published :class:`~streammom.model.HierarchyModel`;
 * ``"streaming-hierarchy"`` — a streaming-engine snapshot, restored with
-  :meth:`streammom.engine.StreamingHierarchy.restore` (imported lazily) to read its current
+  :meth:`streammom.engine.StreamingHierarchy.from_archive` (imported lazily) to read its current
   model, lineage of splits, number of events seen and last refit time.
 
 Anything else raises :class:`~streammom.serialization.SnapshotFormatError` with a message that
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from streammom.model import HierarchyModel
-from streammom.serialization import SnapshotFormatError, read_archive
+from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, read_archive
 
 __all__ = ["ACCEPTED_KINDS", "from_engine", "load_model", "model_info"]
 
@@ -31,7 +31,7 @@ ACCEPTED_KINDS = ("hierarchy-model", "streaming-hierarchy")
 
 
 def load_model(
-    source: bytes | str | os.PathLike[str],
+    source: bytes | str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> tuple[HierarchyModel, dict[str, Any]]:
     """Read a model archive or an engine snapshot; return ``(model, info)``.
 
@@ -40,19 +40,24 @@ def load_model(
     ``events_seen`` (int or ``None``), ``last_refit_time`` (epoch seconds or ``None``),
     ``lineage`` (list of dicts, oldest first) and ``metadata``.
 
-    Raises :class:`FileNotFoundError` for a missing path and
-    :class:`~streammom.serialization.SnapshotFormatError` for anything that is not one of the
-    :data:`ACCEPTED_KINDS`.
+    The archive is read once, bounded by ``max_bytes`` and validated as in
+    :func:`~streammom.serialization.read_archive` and the ``from_archive`` loaders.
+    Raises :class:`FileNotFoundError` for a missing path, :class:`IsADirectoryError` for a
+    directory and :class:`~streammom.serialization.SnapshotFormatError` for anything that is
+    not a valid one of the :data:`ACCEPTED_KINDS`.
     """
+    raw: bytes | Path
     if isinstance(source, bytes | bytearray | memoryview):
         raw, label = bytes(source), "<bytes>"
     else:
-        path = Path(source)
-        if not path.is_file():
-            raise FileNotFoundError(f"snapshot not found: {path}")
-        raw, label = path.read_bytes(), str(path)
+        raw = Path(source)
+        if raw.is_dir():
+            raise IsADirectoryError(f"snapshot is a directory: {raw}")
+        if not raw.is_file():
+            raise FileNotFoundError(f"snapshot not found: {raw}")
+        label = str(raw)
     try:
-        manifest, arrays = read_archive(raw)
+        manifest, arrays = read_archive(raw, max_bytes=max_bytes)
     except SnapshotFormatError as exc:
         raise SnapshotFormatError(f"{label}: not a streammom snapshot ({exc})") from exc
     kind = manifest.get("kind")
@@ -75,14 +80,11 @@ def load_model(
         raise SnapshotFormatError(
             f"{label}: a streaming-engine snapshot needs streammom.engine ({exc})"
         ) from exc
-    try:
-        if hasattr(StreamingHierarchy, "restore"):
-            engine = StreamingHierarchy.restore(raw)
-        else:  # pragma: no cover - older engine API
-            engine = StreamingHierarchy.from_archive(manifest, arrays)
+    try:  # from the arrays already read: reading the archive again would hold it twice
+        engine = StreamingHierarchy.from_archive(manifest, arrays)
     except SnapshotFormatError as exc:
         raise SnapshotFormatError(f"{label}: {exc}") from exc
-    except (KeyError, ValueError, TypeError, IndexError) as exc:
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError) as exc:
         raise SnapshotFormatError(f"{label}: invalid streaming-engine snapshot: {exc}") from exc
     try:
         return from_engine(engine, source=label)

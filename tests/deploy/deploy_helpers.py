@@ -19,6 +19,7 @@ DEPLOY = REPO / "deploy"
 CONTRACT_METRICS: dict[str, str] = {
     "streammom_events_processed_total": "counter",
     "streammom_events_rejected_total": "counter",
+    "streammom_messages_dropped_total": "counter",
     "streammom_batch_duration_seconds": "histogram",
     "streammom_consumer_lag_records": "gauge",
     "streammom_model_version": "gauge",
@@ -34,7 +35,8 @@ CONTRACT_METRICS: dict[str, str] = {
     "streammom_vocabulary_capacity_tokens": "gauge",
     "streammom_vocabulary_oov_tokens_total": "counter",
 }
-REJECT_REASONS = ("invalid_json", "not_utf8", "schema", "empty", "oversized", "unknown_type")
+REJECT_REASONS = ("unreadable", "invalid_json", "not_utf8", "schema", "empty", "oversized",
+                  "unknown_type")
 HTTP_PORT = 9108
 
 #: Settings env names the daemon understands (STREAMMOM_<SECTION>__<KEY>) and STREAMMOM_CONFIG.

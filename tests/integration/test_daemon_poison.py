@@ -83,3 +83,60 @@ def test_poison_and_oversized_messages_are_dead_lettered(
     exits = [json.loads(line) for line in log.splitlines()
              if line.startswith("{") and '"msg":"exit"' in line]
     assert len(exits) == 1 and exits[0]["processed"] == 1200  # one process did it all
+
+
+class _NotUtf8Key(str):
+    """A header key that encodes to bytes which are not UTF-8 (any client may write them:
+    the protocol stores raw bytes; kafka-python cannot read them back)."""
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"\xff\xfe-key"
+
+
+@pytest.mark.kafka
+def test_a_record_the_client_cannot_read_is_dead_lettered_not_retried_forever(
+    kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path
+) -> None:
+    """kafka-python raises CorruptRecordError for a record with a non-UTF-8 header key and
+    stays on it; the old worker took that for an outage and retried forever (partition
+    blocked). Now the record is dead-lettered as ``unreadable`` and everything after it is
+    processed."""
+    from kafka import KafkaProducer
+
+    prefix = new_prefix("unreadable")
+    topics = {
+        "input": kafka_topic_factory(1, prefix=f"{prefix}.events"),
+        "assignments": kafka_topic_factory(1, prefix=f"{prefix}.assignments"),
+        "models": kafka_topic_factory(1, prefix=f"{prefix}.models",
+                                      config={"cleanup.policy": "compact"}),
+        "dead_letters": kafka_topic_factory(1, prefix=f"{prefix}.dlq"),
+    }
+    before = list(sample_messages(300, seed=63))
+    after = list(sample_messages(300, seed=64))
+    produce(kafka_bootstrap, topics["input"], before)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    try:
+        producer.send(topics["input"], key=b"bad-header", value=after[0][1],
+                      headers=[(_NotUtf8Key("x"), b"v")]).get(timeout=60)
+    finally:
+        producer.close(timeout=10)
+    produce(kafka_bootstrap, topics["input"], after)
+
+    daemon = Daemon(kafka_bootstrap, topics, tmp_path, group=f"{prefix}-g").start()
+    dlq = TopicReader(kafka_bootstrap, topics["dead_letters"])
+    try:
+        wait_until(lambda: daemon.alive() is None and daemon.processed() >= 600, 120,
+                   message="every readable event processed")
+        letters = dlq.read_until(1, 60)
+        unreadable = daemon.metric("streammom_events_rejected_total", {"reason": "unreadable"})
+    finally:
+        code = daemon.stop()
+        dlq.close()
+    assert code == 0, daemon.log_tail()
+    assert daemon.starts == 1
+    assert len(letters) == 1
+    headers = dict(letters[0].headers)
+    assert headers["dlq.reason"] == b"unreadable"
+    assert headers["dlq.source.offset"] == b"300"
+    assert b"CorruptRecordError" in headers["dlq.error"]
+    assert unreadable == 1.0

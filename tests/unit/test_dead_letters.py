@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import errors as kerrors
 from memory_harness import IN, memory_worker, small_settings
 
-from service.config import LimitsSettings
+from service.config import KafkaSettings, LimitsSettings
 from service.events import EventDecoder, Rejection
+from service.kafka_transport import KafkaSink
 from service.memory_transport import MemoryBroker
+from service.metrics import WorkerMetrics
 from service.worker import Worker
 
 
@@ -140,3 +144,113 @@ def test_a_small_dead_letter_is_not_truncated(tmp_path: Path) -> None:
     assert worker.run() == 0
     [letter] = broker.records(worker.topics.dead_letters)
     assert letter.value == b"\xff\xfe" and "dlq.truncated" not in dict(letter.headers)
+
+
+def _producer_size(letter: Any) -> int:
+    """The size kafka-python's ``KafkaProducer.send`` checks against ``max_request_size``."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    return int(DefaultRecordBatchBuilder.estimate_size_in_bytes(
+        letter.key, letter.value, list(letter.headers)))
+
+
+@pytest.mark.parametrize(
+    ("headers", "value_bytes"),
+    [
+        # 20,000 one-letter headers: 20 kB of names, 60 kB once each is framed
+        ([("h", b"")] * 20_000, 1_000_000),
+        # multi-byte header names: len(name) counts characters, the producer counts bytes
+        ([("\U0001f600" * 1000, b"")] * 60, 1_000_000),
+    ],
+    ids=["many-tiny-headers", "non-ascii-header-names"],
+)
+def test_a_dead_letter_fits_the_producer_whatever_the_senders_headers(
+    tmp_path: Path, headers: list[tuple[str, bytes]], value_bytes: int
+) -> None:
+    """The dead letter must pass ``KafkaProducer.send``'s size check (else it is dropped)."""
+    broker = MemoryBroker()
+    broker.create_topic(IN)
+    value = b'{"type": "encounter", "pad": "' + b"x" * value_bytes + b'"}'
+    broker.append(IN, value, key=b"k", headers=headers)
+    broker.append(IN, _event("1767225600"), key=b"p1")
+    worker = _worker(tmp_path, broker)  # kafka.max_request_size: the default, 1 MiB
+    assert worker.run() == 0
+    [letter] = broker.records(worker.topics.dead_letters)
+    assert _producer_size(letter) <= worker.settings.kafka.max_request_size
+    got = dict(letter.headers)
+    assert got["dlq.reason"] == b"oversized" and got["dlq.truncated"] == b"true"
+    assert got["dlq.original.sha256"] == hashlib.sha256(value).hexdigest().encode()
+    assert value.startswith(letter.value) and len(letter.value) > 500_000
+    assert [n for n, _ in letter.headers].count(headers[0][0]) == len(headers)  # all carried
+    assert worker.counters["processed"] == 1
+
+
+def test_a_dead_letter_with_many_headers_is_within_the_budget(tmp_path: Path) -> None:
+    """Headers that could not fit beside any value are replaced by a count of them."""
+    broker = MemoryBroker()
+    broker.create_topic(IN)
+    broker.append(IN, b"{not json", key=b"k", headers=[("h", b"")] * 200_000)
+    worker = _worker(tmp_path, broker, max_request_size=262_144)
+    assert worker.run() == 0
+    [letter] = broker.records(worker.topics.dead_letters)
+    assert _producer_size(letter) <= 262_144
+    got = dict(letter.headers)
+    assert got["dlq.input.headers.dropped"] == b"200000" and got["dlq.reason"] == b"invalid_json"
+    assert letter.value == b"{not json"
+
+
+# ------------------------------------------------------------------ the sink: never silent
+class _Future:
+    """A settled kafka-python produce future."""
+
+    def __init__(self, exc: BaseException | None = None) -> None:
+        self.is_done = True
+        self.exception = exc
+
+    def failed(self) -> bool:
+        return self.exception is not None
+
+
+class _Producer:
+    """Refuses records over 100 bytes in ``send`` (as ``KafkaProducer`` does over
+    ``max_request_size``) and fails delivery to the topic ``denied`` (a broker's answer)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None]] = []
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+             headers: Any = None) -> _Future:
+        if len(value or b"") > 100:
+            raise kerrors.MessageSizeTooLargeError("The message is 1000 bytes when serialized")
+        if topic == "denied":
+            return _Future(kerrors.TopicAuthorizationFailedError())
+        self.sent.append((topic, value))
+        return _Future()
+
+    def flush(self, timeout: float | None = None) -> None:
+        return None
+
+
+def test_a_message_the_sink_drops_is_logged_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A non-retriable produce error drops the message (retrying cannot help), but never
+    silently: an error log line, ``KafkaSink.dropped`` per topic, and the ``on_drop`` hook
+    (which the worker points at ``streammom_messages_dropped_total{topic}``)."""
+    metrics = WorkerMetrics()
+    sink = KafkaSink(KafkaSettings())
+    sink._producer = _Producer()  # type: ignore[assignment]
+    sink.on_drop = lambda topic: metrics.messages_dropped.labels(topic=topic).inc()
+    caplog.set_level(logging.ERROR, logger="streammom.kafka")
+    sink.produce("dlq", b"k", b"x" * 1000, [("dlq.reason", b"oversized")])  # fails in send()
+    sink.produce("denied", b"k", b"small")                                  # fails on delivery
+    sink.produce("dlq", b"k", b"fine")
+    sink.flush(1.0)  # a dropped message is not an outage: nothing raised, nothing pending
+    assert sink.pending == 0
+    assert sink._producer.sent == [("dlq", b"fine")]  # type: ignore[attr-defined]
+    assert sink.dropped == {"dlq": 1, "denied": 1}
+    text = metrics.exposition().decode()
+    assert 'streammom_messages_dropped_total{topic="dlq"} 1.0' in text
+    assert 'streammom_messages_dropped_total{topic="denied"} 1.0' in text
+    dropped = [r for r in caplog.records if "dropping message" in r.getMessage()]
+    assert sorted(r.topic for r in dropped) == ["denied", "dlq"]  # type: ignore[attr-defined]

@@ -131,3 +131,75 @@ def test_schema_reflects_limits() -> None:
     text = json.dumps(schema)
     assert '"maxItems": 7' in text
     assert schema["discriminator"]["propertyName"] == "type" or "oneOf" in schema
+
+
+# ------------------------------------------------------------------ ts: one documented rule
+@pytest.mark.parametrize(
+    "ts",
+    [
+        "2026-01-01T00:00Z",               # no seconds
+        "2026-01-01T00:00:00+0100",        # offset without a colon
+        "2026-01-01T00:00:00+01",          # offset without minutes
+        "2026-01-01T00:00:00+01:00:30",    # offset with seconds
+        "2026-01-01T00:00:00,5Z",          # decimal comma
+        "2026-01-01T00:00:00.Z",           # empty fraction
+        "2026-01-01T00:00:00 Z",           # space before the offset
+        "20260101T000000Z",                # ISO 8601 basic format
+        "2026-W01-1T00:00:00Z",            # ISO week date
+        "2026-01-01T00:00:00Z ",           # trailing blank
+    ],
+)
+def test_ts_strings_must_be_rfc3339(decoder: EventDecoder, ts: str) -> None:
+    """Only RFC 3339 date-times: the looser ISO 8601 forms ``fromisoformat`` takes are not."""
+    out = decoder.decode(_enc(ts=ts))
+    assert isinstance(out, Rejection) and out.reason == "schema", out
+    assert "RFC 3339" in out.error
+
+
+@pytest.mark.parametrize(
+    ("ts", "expected"),
+    [
+        ("2026-01-01T00:00:00Z", 1767225600.0),
+        ("2026-01-01t00:00:00z", 1767225600.0),            # RFC 3339 5.6: case-insensitive
+        ("2026-01-01 00:00:00Z", 1767225600.0),            # RFC 3339 5.6 note: a space
+        ("2026-01-01T01:30:00+01:30", 1767225600.0),
+        ("2025-12-31T23:00:00-01:00", 1767225600.0),
+        ("2026-01-01T00:00:00-00:00", 1767225600.0),       # unknown local offset
+        ("2026-01-01T00:00:00.5Z", 1767225600.5),
+        ("2026-01-01T00:00:00.123456789Z", 1767225600.123456),  # > 6 digits: truncated
+    ],
+)
+def test_rfc3339_forms(decoder: EventDecoder, ts: str, expected: float) -> None:
+    ev = decoder.decode(_enc(ts=ts))
+    assert isinstance(ev, EncounterEvent), ev
+    assert ev.ts == pytest.approx(expected, abs=1e-6)
+
+
+def test_ts_window_error_names_the_configured_dates() -> None:
+    """The error says which window applies, as dates, and that ts is in seconds."""
+    limits = LimitsSettings(min_ts=1_700_000_000, max_ts=1_800_000_000)
+    out = EventDecoder(limits).decode(_enc(ts=1_700_000_000_000))
+    assert isinstance(out, Rejection) and out.reason == "schema", out
+    assert "2023-11-14T22:13:20Z" in out.error and "2027-01-15T08:00:00Z" in out.error
+    assert "seconds, not milliseconds" in out.error
+    # an open window (max_ts = inf) is a valid setting and still rejects nothing in range
+    wide = EventDecoder(LimitsSettings(max_ts=float("inf")))
+    assert isinstance(wide.decode(_enc(ts=1e12)), EncounterEvent)
+    assert wide.decode(_enc(ts=-1)).reason == "schema"  # type: ignore[union-attr]
+
+
+def test_schema_documents_the_ts_rule() -> None:
+    """``streammom schema`` shows the configured window and the accepted ts forms."""
+    limits = LimitsSettings(min_ts=1_700_000_000, max_ts=1_800_000_000)
+    schema = event_json_schema(limits)
+    assert "2023-11-14T22:13:20Z" in schema["description"]
+    assert "2027-01-15T08:00:00Z" in schema["description"]
+    assert "numeric string" in schema["description"]
+    for definition in schema["$defs"].values():
+        ts = definition["properties"]["ts"]
+        number = next(s for s in ts["anyOf"] if s.get("type") == "number")
+        string = next(s for s in ts["anyOf"] if s.get("type") == "string")
+        assert number["minimum"] == 1_700_000_000 and number["maximum"] == 1_800_000_000
+        assert string["format"] == "date-time"
+        assert "seconds" in ts["description"]
+        assert not any(s.get("type") == "integer" for s in ts["anyOf"])  # "number" covers it
