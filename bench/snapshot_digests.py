@@ -87,6 +87,12 @@ def case_multinomial_decay() -> dict[str, str]:
     return _engine(_feed(eng, X, batch=1_000, timestamps=ts))
 
 
+def case_renormalise() -> dict[str, str]:
+    """A half-life short enough that the stored sums are renormalised several times."""
+    eng = StreamingHierarchy(D, half_life=500.0, refit_every=8_000, random_state=13)
+    return _engine(_feed(eng, _stream(40_000, 14), batch=2_000))
+
+
 def case_merge() -> dict[str, str]:
     X = _stream(60_000, 4)
     base = _feed(StreamingHierarchy(D, refit_every=30_000, random_state=5), X[:30_000], 5_000)
@@ -159,6 +165,7 @@ CASES: dict[str, Callable[[], dict[str, str]]] = {
     "throughput": case_throughput,
     "defaults": case_defaults,
     "multinomial_decay": case_multinomial_decay,
+    "renormalise": case_renormalise,
     "merge": case_merge,
     "restore": case_restore,
     "hierarchical": case_hierarchical,

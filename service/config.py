@@ -18,15 +18,28 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from streammom import StreamingHierarchy, Vocabulary
+from streammom.engine_params import ENGINE_PARAMETERS
+from streammom.params import Options, Param
 
 __all__ = [
     "CheckpointSettings",
@@ -37,6 +50,7 @@ __all__ = [
     "Settings",
     "TopicsSettings",
     "WorkerSettings",
+    "build_engine",
     "dump_settings",
     "load_settings",
     "parse_set_overrides",
@@ -152,24 +166,75 @@ class TopicsSettings(_Section):
     dead_letters: str = "streammom.events.dlq"
 
 
-class ModelSettings(_Section):
-    """Engine hyper-parameters (:class:`streammom.StreamingHierarchy`) and the vocabulary."""
+_NONE_WORDS = ("none", "null")
+
+
+def _none_word(value: Any) -> Any:
+    """``"none"``/``"null"`` (any case) → None: TOML and environment variables cannot say
+    null, and ``--set model.refit_every=none`` should."""
+    if isinstance(value, str) and value.strip().lower() in _NONE_WORDS:
+        return None
+    return value
+
+
+def _field_type(param: Param) -> Any:
+    """The pydantic type of one engine parameter, with the engine's own bounds."""
+    kinds: list[Any] = []
+    for c in param.kinds:
+        if isinstance(c, Options):
+            kinds.append(Literal[c.values])  # type: ignore[valid-type]
+            continue
+        bounds: dict[str, Any] = {}
+        if c.left is not None:
+            bounds["ge" if c.lower_inclusive else "gt"] = c.left
+        if c.right is not None:
+            bounds["le" if c.upper_inclusive else "lt"] = c.right
+        if c.kind is float:
+            bounds["allow_inf_nan"] = False
+        kinds.append(Annotated[c.kind, Field(**bounds)])
+    union = kinds[0]
+    for k in kinds[1:]:
+        union = union | k
+    if param.allows_none:
+        return Annotated[union | None, BeforeValidator(_none_word)]
+    return union
+
+
+class _ModelSettingsBase(_Section):
+    """The ``[model]`` settings that are not engine hyper-parameters."""
 
     name: str = Field(default="streammom", description="key of the models-topic message")
-    max_depth: int = Field(default=4, ge=1, le=16)
-    max_leaves: int = Field(default=16, ge=1)
-    min_split_weight: float = Field(default=500.0, gt=0)
-    half_life: float | None = Field(default=None, gt=0)
-    refit_every: int = Field(default=10_000, ge=1)
-    reservoir_size: int = Field(default=1024, ge=2)
-    basis_dim: int = Field(default=8, ge=2)
-    method: Literal["dsidiwo", "sidiwo"] = "dsidiwo"
-    family: Literal["bernoulli", "multinomial"] = "bernoulli"
-    random_state: int = 0
     vocabulary_capacity: int = Field(default=4096, ge=1)
     vocabulary_file: Path | None = Field(
         default=None, description="fixed vocabulary (one token per line); else growing"
     )
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The engine hyper-parameters, as :class:`streammom.StreamingHierarchy` keywords."""
+        return {p.name: getattr(self, p.name) for p in ENGINE_PARAMETERS}
+
+
+#: ``[model]``: every :class:`streammom.StreamingHierarchy` hyper-parameter, derived from its
+#: table (:data:`streammom.engine_params.ENGINE_PARAMETERS`: same names, defaults, bounds and
+#: descriptions), plus the models-topic key and the vocabulary.
+ModelSettings = create_model(
+    "ModelSettings",
+    __base__=_ModelSettingsBase,
+    __module__=__name__,
+    **{p.name: (_field_type(p), Field(default=p.default, description=p.doc))
+       for p in ENGINE_PARAMETERS},
+)
+ModelSettings.__doc__ = ("Engine hyper-parameters (:class:`streammom.StreamingHierarchy`, "
+                         "from its parameter table) and the vocabulary.")
+
+
+def build_engine(cfg: _ModelSettingsBase) -> StreamingHierarchy:
+    """A fresh :class:`streammom.StreamingHierarchy` (+ vocabulary) from the model settings."""
+    if cfg.vocabulary_file is not None:
+        vocab = Vocabulary.from_file(cfg.vocabulary_file)
+    else:
+        vocab = Vocabulary(capacity=cfg.vocabulary_capacity)
+    return StreamingHierarchy(vocabulary=vocab, **cfg.engine_kwargs())
 
 
 class CheckpointSettings(_Section):
@@ -332,6 +397,8 @@ def parse_set_overrides(items: list[str] | None) -> dict[str, Any]:
             value: Any = json.loads(raw)
         except json.JSONDecodeError:
             value = raw
+        if value is None:  # kept as a word: a None override would read as "not given"
+            value = raw.strip()
         out.setdefault(section, {})[name] = value
     return out
 
@@ -353,6 +420,9 @@ def merge_overrides(*parts: Mapping[str, Any] | None) -> dict[str, Any]:
 def dump_settings(settings: Settings, fmt: Literal["toml", "json"] = "toml") -> str:
     """The resolved settings as TOML or JSON, secrets masked."""
     data = settings.model_dump(mode="json")
+    for p in ENGINE_PARAMETERS:  # None that is not the default must survive TOML (no null)
+        if data["model"][p.name] is None and p.default is not None:
+            data["model"][p.name] = "none"
     if fmt == "json":
         return json.dumps(data, indent=2, sort_keys=False)
     return to_toml(data)

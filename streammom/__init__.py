@@ -4,12 +4,13 @@ The library knows nothing of Kafka or HTTP; the daemon lives in ``service``.
 """
 
 from streammom._version import __version__
-from streammom.engine import StreamingHierarchy, warm_up
+from streammom.engine import StreamingHierarchy
 from streammom.hierarchical import HierarchicalMoM
 from streammom.moments import MomentAccumulator
 from streammom.relevance import top_features
 from streammom.spectral import SpectralMixture
 from streammom.vocab import Vocabulary
+from streammom.warmup import warm_up
 
 __all__ = [
     "HierarchicalMoM",

@@ -38,9 +38,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from streammom._validation import as_csr, as_weights, check_random_state_int
+from streammom.base import Estimator
 from streammom.decompose import NonPositiveEigenvalueError
 from streammom.mixture import check_family_data
 from streammom.model import HierarchyModel, Router, TreeNode
+from streammom.params import FLAG, Interval, Options, Param
 from streammom.split import Split, compute_split, moments_from_data, refine_split_em
 
 __all__ = ["HierarchicalMoM", "NodeInfo"]
@@ -102,7 +104,7 @@ class _Work:
     stop_reason: StopReason | None = None
 
 
-class HierarchicalMoM:
+class HierarchicalMoM(Estimator):
     """Hierarchical clustering with the spectral method of moments (SIDIWO / D-SIDIWO).
 
     Parameters
@@ -142,6 +144,24 @@ class HierarchicalMoM:
     n_features_in_ : int
     """
 
+    _parameters = (
+        Param("max_depth", 3, (Interval(int, 0, 32),), "split levels below the root"),
+        Param("method", "dsidiwo", (Options(("dsidiwo", "sidiwo")),), "split rule"),
+        Param("family", "bernoulli", (Options(("bernoulli", "multinomial")),),
+              "code sets or token counts"),
+        Param("em", False, (FLAG,), "refine every split with a 2-component EM"),
+        Param("min_node_size", 10, (Interval(int, 2, None),), "smaller nodes are not split"),
+        Param("min_rotation_gap", 0.0, (Interval(float, 0.0, 1.0),),
+              "floor on the relative eigen-gap of G"),
+        Param("max_leaves", None, (Interval(int, 1, None), None), "leaf budget"),
+        Param("em_tol", 1e-4, (Interval(float, 0.0, None, closed="neither"),),
+              "EM stops when the means move less"),
+        Param("em_max_iter", 100, (Interval(int, 1, None),), "EM iteration cap"),
+        Param("random_state", 0, (Interval(int, 0, None),), "seed of the Lanczos starts"),
+        Param("min_child_fraction", 0.01, (Interval(float, 0.0, 0.5, closed="left"),),
+              "a split giving a child less than this share is refused"),
+    )
+
     def __init__(
         self,
         max_depth: int = 3,
@@ -167,58 +187,6 @@ class HierarchicalMoM:
         self.em_max_iter = em_max_iter
         self.random_state = random_state
         self.min_child_fraction = min_child_fraction
-
-    # ------------------------------------------------------------------ sklearn protocol
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Hyper-parameters as a dict (scikit-learn convention)."""
-        return {
-            "max_depth": self.max_depth,
-            "method": self.method,
-            "family": self.family,
-            "em": self.em,
-            "min_node_size": self.min_node_size,
-            "min_rotation_gap": self.min_rotation_gap,
-            "max_leaves": self.max_leaves,
-            "em_tol": self.em_tol,
-            "em_max_iter": self.em_max_iter,
-            "random_state": self.random_state,
-            "min_child_fraction": self.min_child_fraction,
-        }
-
-    def set_params(self, **params: Any) -> HierarchicalMoM:
-        valid = self.get_params()
-        for key, value in params.items():
-            if key not in valid:
-                raise ValueError(f"invalid parameter {key!r} for HierarchicalMoM")
-            setattr(self, key, value)
-        return self
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"HierarchicalMoM({args})"
-
-    def _validate_params(self) -> None:
-        if isinstance(self.max_depth, bool) or not isinstance(self.max_depth, int | np.integer):
-            raise TypeError("max_depth must be an int")
-        if self.max_depth < 0:
-            raise ValueError(f"max_depth must be >= 0, got {self.max_depth}")
-        if self.method not in ("dsidiwo", "sidiwo"):
-            raise ValueError(f"method must be 'dsidiwo' or 'sidiwo', got {self.method!r}")
-        if self.family not in ("bernoulli", "multinomial"):
-            raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {self.family!r}")
-        if not isinstance(self.min_node_size, int | np.integer) or self.min_node_size < 2:
-            raise ValueError(f"min_node_size must be an int >= 2, got {self.min_node_size!r}")
-        if not 0.0 <= float(self.min_rotation_gap) <= 1.0:
-            raise ValueError("min_rotation_gap must be in [0, 1]")
-        if not 0.0 <= float(self.min_child_fraction) < 0.5:
-            raise ValueError("min_child_fraction must be in [0, 0.5)")
-        if self.max_leaves is not None and (
-            not isinstance(self.max_leaves, int | np.integer) or self.max_leaves < 1
-        ):
-            raise ValueError(f"max_leaves must be None or an int >= 1, got {self.max_leaves!r}")
-        if not float(self.em_tol) > 0 or int(self.em_max_iter) < 1:
-            raise ValueError("em_tol must be > 0 and em_max_iter >= 1")
-        check_random_state_int(self.random_state)
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: Any = None, *, sample_weight: Any = None) -> HierarchicalMoM:

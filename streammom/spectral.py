@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from streammom._validation import as_csr, check_random_state_int
+from streammom._validation import as_csr
+from streammom.base import Estimator
 from streammom.decompose import (
     SpectralDecomposition,
     asvtd,
@@ -38,6 +39,7 @@ from streammom.mixture import (
     log_likelihood_matrix,
     prepare_parameters,
 )
+from streammom.params import FLAG, Interval, Options, Param
 from streammom.projection import clip_unit, floor_simplex, project_simplex
 
 __all__ = ["SpectralMixture"]
@@ -64,7 +66,7 @@ def valid_parameters(
     return means, weights
 
 
-class SpectralMixture:
+class SpectralMixture(Estimator):
     """Mixture of independent Bernoulli / single-topic multinomial fitted by SVTD/ASVTD + EM.
 
     Parameters
@@ -100,6 +102,18 @@ class SpectralMixture:
     ([0, 1], [0.75, 0.25])
     """
 
+    _parameters = (
+        Param("n_components", 2, (Interval(int, 1, None),), "mixture components k (<= d)"),
+        Param("family", "bernoulli", (Options(_FAMILIES),), "bernoulli or multinomial data"),
+        Param("method", "asvtd", (Options(_METHODS),), "how the moments are decomposed"),
+        Param("em", True, (FLAG,), "refine the moment estimate with EM"),
+        Param("tol", 1e-4, (Interval(float, 0.0, None),), "EM stops when the means move less"),
+        Param("max_iter", 100, (Interval(int, 0, None),), "EM iteration cap"),
+        Param("random_state", 0, (Interval(int, 0, None),), "seed of the Lanczos start"),
+        Param("slice_criterion", "relative", (Options(("relative", "absolute")),),
+              "how SVTD picks the slice that gives O"),
+    )
+
     def __init__(
         self,
         n_components: int = 2,
@@ -121,45 +135,10 @@ class SpectralMixture:
         self.random_state = random_state
         self.slice_criterion = slice_criterion
 
-    # -- scikit-learn protocol ----------------------------------------------------------------
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {
-            name: getattr(self, name)
-            for name in (
-                "n_components", "family", "method", "em", "tol", "max_iter", "random_state",
-                "slice_criterion",
-            )
-        }
-
-    def set_params(self, **params: Any) -> SpectralMixture:
-        valid = self.get_params()
-        for name, value in params.items():
-            if name not in valid:
-                raise ValueError(f"invalid parameter {name!r} for SpectralMixture")
-            setattr(self, name, value)
-        return self
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"SpectralMixture({args})"
-
     def _check_params(self) -> int:
-        k = self.n_components
-        if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-            raise ValueError(f"n_components must be a positive int, got {k!r}")
-        if self.family not in _FAMILIES:
-            raise ValueError(f"family must be one of {_FAMILIES}, got {self.family!r}")
-        if self.method not in _METHODS:
-            raise ValueError(f"method must be one of {_METHODS}, got {self.method!r}")
-        if not (self.tol >= 0 and isinstance(self.max_iter, int | np.integer)
-                and self.max_iter >= 0):
-            raise ValueError("tol must be ≥ 0 and max_iter a non-negative int")
-        if self.slice_criterion not in ("relative", "absolute"):
-            raise ValueError(
-                f"slice_criterion must be 'relative' or 'absolute', got {self.slice_criterion!r}"
-            )
-        return check_random_state_int(self.random_state)
+        """Validate the parameters against the table; the integer seed."""
+        self._validate_params()
+        return int(self.random_state)
 
     # -- fitting ------------------------------------------------------------------------------
 

@@ -1,0 +1,234 @@
+"""Engine snapshots: the whole state of a :class:`~streammom.engine.StreamingHierarchy` as a
+manifest + arrays archive (:mod:`streammom.serialization`; never pickle), and back.
+
+The manifest holds the schema version, the configuration (the parameter table's JSON values),
+the tree with each node's counters, the lineage, the engine's clocks and counters and the
+vocabulary; the arrays hold each node's sums (W, s, C, T, T1–T3), reservoir, router and
+discriminators. Reading validates everything before allocating (:func:`check_engine_archive`)
+and before walking the tree (:func:`streammom.model.check_tree`): a snapshot is data from
+outside. Same state → same bytes (sorted node order, deterministic archive writer).
+
+These functions read and set the engine's private state: they are the engine's own
+serialisation, kept apart so ``engine.py`` stays the orchestration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from streammom.decay import DecayClock
+from streammom.model import MAX_NODE_ID, Router, check_tree
+from streammom.moments import MomentAccumulator, packed_size
+from streammom.reservoir import Reservoir
+from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, check_manifest
+from streammom.tree import Node
+from streammom.vocab import Vocabulary
+
+if TYPE_CHECKING:
+    from streammom.engine import StreamingHierarchy
+
+__all__ = ["ENGINE_SCHEMA_VERSION", "check_engine_archive", "engine_from_archive",
+           "engine_to_archive"]
+
+ENGINE_SCHEMA_VERSION = 1
+
+
+def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Manifest (schema, config, tree, lineage, counters, vocabulary) + arrays."""
+    arrays: dict[str, np.ndarray] = {}
+    nodes_meta = []
+    for nid in sorted(eng.nodes_):
+        v = eng.nodes_[nid]
+        acc_meta, acc_arrays = v.acc.to_archive()
+        res_meta, res_arrays = v.reservoir.to_archive()
+        for name, arr in {**acc_arrays, **res_arrays}.items():
+            arrays[f"n{nid}_{name}"] = arr
+        if v.router is not None:
+            arrays[f"n{nid}_router_w"] = v.router.weights
+            arrays[f"n{nid}_router_b"] = v.router.bias
+        if v.discriminators is not None:
+            arrays[f"n{nid}_D"] = v.discriminators
+        nodes_meta.append({
+            "id": nid,
+            "parent": v.parent,
+            "depth": v.depth,
+            "children": list(v.children),
+            "absolute": None if v.router is None else bool(v.router.absolute),
+            "has_D": v.discriminators is not None,
+            "quality": {k: float(x) for k, x in sorted(v.quality.items())},
+            "fresh": float(v.fresh),
+            "backoff": v.backoff,
+            "born_version": v.born_version,
+            "acc": acc_meta,
+            "reservoir": res_meta,
+        })
+    manifest: dict[str, Any] = {
+        "format": "streammom",
+        "kind": "streaming-hierarchy",
+        "schema_version": ENGINE_SCHEMA_VERSION,
+        "config": eng.get_config(),
+        "n_features": eng.n_features_,
+        "state": {
+            "root_id": eng.root_id_,
+            "model_version": eng.model_version_,
+            "n_events_seen": eng.n_events_seen_,
+            "n_rebases": eng.n_rebases_,
+            "n_refits": eng.n_refits_,
+            "next_id": eng._next_id,
+            "batch_counter": eng._batch_counter,
+            "events_since_refit": eng._events_since_refit,
+            "time_ref": eng._decay.time_ref,
+            "clock": eng._decay.now,
+            "refit_clock": eng._decay.refit_at,
+            "last_refit_time": eng.last_refit_time_,
+        },
+        "nodes": nodes_meta,
+        "lineage": eng.lineage_,
+        "vocabulary": None if eng.vocabulary is None else eng.vocabulary.to_archive()[0],
+    }
+    return manifest, arrays
+
+
+def engine_from_archive(
+    cls: type[StreamingHierarchy], manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
+) -> StreamingHierarchy:
+    """Rebuild an engine from :meth:`to_archive` output (validates the schema).
+
+    The archive is data from outside. Before anything is allocated, what the manifest
+    declares is checked against the arrays it comes with (:func:`check_engine_archive`): the
+    dimension, the vocabulary and every node's sums agree, and the reservoir buffers the
+    nodes would allocate (not stored in the archive) fit :data:`DEFAULT_MAX_BYTES`. The
+    tree is checked before anything walks it (one root — ``state.root_id`` —, links
+    consistent both ways, no cycle, every node reachable, true depths). Any violation, or
+    a missing or mistyped field, raises :class:`SnapshotFormatError` (one line).
+    """
+    check_manifest(
+        manifest,
+        kind="streaming-hierarchy",
+        schema_version=ENGINE_SCHEMA_VERSION,
+        what="engine snapshot",
+    )
+    try:
+        by_node: dict[str, dict[str, np.ndarray]] = {}
+        for key, arr in arrays.items():  # "n12_res_idx" → by_node["n12"]["res_idx"]
+            head, sep, tail = key.partition("_")
+            if sep:
+                by_node.setdefault(head, {})[tail] = arr
+        check_engine_archive(manifest, by_node)
+        vocab = (None if manifest.get("vocabulary") is None
+                 else Vocabulary.from_archive(manifest["vocabulary"]))
+        if vocab is not None and vocab.n_features != int(manifest["n_features"]):
+            raise SnapshotFormatError(
+                f"malformed engine snapshot: the vocabulary has {vocab.n_features} "
+                f"features, the engine {manifest['n_features']}"
+            )
+        cfg = dict(manifest["config"])
+        eng = cls(None, vocab, **cfg) if vocab is not None else cls(None, **cfg)
+        d = manifest["n_features"]
+        st = manifest["state"]
+        eng.model_version_ = int(st["model_version"])
+        eng.n_events_seen_ = int(st["n_events_seen"])
+        eng.n_rebases_ = int(st["n_rebases"])
+        eng.n_refits_ = int(st["n_refits"])
+        eng._next_id = int(st["next_id"])
+        eng._batch_counter = int(st["batch_counter"])
+        eng._events_since_refit = int(st["events_since_refit"])
+        eng._decay = DecayClock(
+            time_ref=None if st["time_ref"] is None else float(st["time_ref"]),
+            now=None if st["clock"] is None else float(st["clock"]),
+            refit_at=None if st["refit_clock"] is None else float(st["refit_clock"]),
+        )
+        eng.last_refit_time_ = (None if st["last_refit_time"] is None
+                                else float(st["last_refit_time"]))
+        eng.lineage_ = [dict(r) for r in manifest["lineage"]]
+        if d is None:
+            return eng
+        eng.n_features_ = int(d)
+        eng.root_id_ = int(st["root_id"])
+        nodes: dict[int, Node] = {}
+        for meta in manifest["nodes"]:
+            nid = int(meta["id"])
+            sub = by_node.get(f"n{nid}", {})
+            acc = MomentAccumulator.from_archive(meta["acc"], sub)
+            res = Reservoir.from_archive(meta["reservoir"], sub)
+            router = None
+            if meta["absolute"] is not None:
+                router = Router(np.array(sub["router_w"], dtype=np.float64),
+                                np.array(sub["router_b"], dtype=np.float64),
+                                bool(meta["absolute"]))
+            nodes[nid] = Node(
+                node_id=nid,
+                parent=int(meta["parent"]),
+                depth=int(meta["depth"]),
+                acc=acc,
+                reservoir=res,
+                children=[int(c) for c in meta["children"]],
+                router=router,
+                discriminators=(np.array(sub["D"], dtype=np.float64)
+                                if meta["has_D"] else None),
+                quality={str(k): float(x) for k, x in meta["quality"].items()},
+                fresh=float(meta["fresh"]),
+                backoff=int(meta["backoff"]),
+                born_version=int(meta["born_version"]),
+            )
+        links = {nid: (n.parent, n.children) for nid, n in nodes.items()}
+        if check_tree(links) != eng.root_id_:
+            raise ValueError(f"root_id {eng.root_id_} is not the tree's root")
+        eng.nodes_ = nodes
+        eng._rebuild_model()
+        return eng
+    except SnapshotFormatError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError,
+            RecursionError) as exc:
+        raise SnapshotFormatError(f"malformed engine snapshot: {exc!r}") from exc
+
+
+def check_engine_archive(manifest: Mapping[str, Any],
+                   by_node: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+    """Refuse an engine archive whose manifest would make ``from_archive`` allocate beyond
+    what the archive holds, before anything is allocated.
+
+    Checked: ``n_features`` d with d(d+1)/2 float64 sums per node within
+    :data:`DEFAULT_MAX_BYTES`; node ids distinct, in [0, :data:`MAX_NODE_ID`] and below
+    ``state.next_id``; each node's ``s`` (and ``C`` when it has one) present with the shapes
+    d implies; each reservoir of width ≤ 2d + 8, and all of them together (``capacity ×
+    width`` index/value buffers, allocated on restore but not stored) within
+    :data:`DEFAULT_MAX_BYTES`.
+    """
+    bad = "malformed engine snapshot: "
+    nodes = manifest["nodes"]
+    if not isinstance(nodes, list) or not all(isinstance(m, dict) for m in nodes):
+        raise SnapshotFormatError(bad + "nodes must be a list of objects")
+    if manifest["n_features"] is None:
+        if nodes or manifest.get("vocabulary") is not None:
+            raise SnapshotFormatError(bad + "nodes or a vocabulary without n_features")
+        return
+    d = int(manifest["n_features"])
+    if d < 2 or packed_size(d) * 8 > DEFAULT_MAX_BYTES:
+        raise SnapshotFormatError(bad + f"n_features {d} is out of range")
+    capacity = int(manifest["config"]["reservoir_size"])
+    ids = [int(meta["id"]) for meta in nodes]
+    if len(set(ids)) != len(ids) or not all(0 <= i <= MAX_NODE_ID for i in ids):
+        raise SnapshotFormatError(bad + f"node ids must be distinct, in [0, {MAX_NODE_ID}]")
+    if ids and int(manifest["state"]["next_id"]) <= max(ids):
+        raise SnapshotFormatError(bad + "state.next_id is not above every node id")
+    reservoir_bytes = capacity * (8 * 12 + 4)  # the root a vocabulary's constructor makes
+    for nid, meta in zip(ids, nodes, strict=True):
+        sub = by_node.get(f"n{nid}", {})
+        acc, res = meta["acc"], meta["reservoir"]
+        s, C = sub.get("s"), sub.get("C")
+        if (int(acc["n_features"]) != d or s is None or s.shape != (d,)
+                or (acc["has_C"] and (C is None or C.shape != (packed_size(d),)))):
+            raise SnapshotFormatError(bad + f"node {nid}: sums do not match n_features {d}")
+        width, rows = int(res["width"]), int(res["capacity"])
+        if int(res["n_features"]) != d or rows < 1 or not 0 <= width <= 2 * d + 8:
+            raise SnapshotFormatError(bad + f"node {nid}: reservoir does not match n_features")
+        reservoir_bytes += rows * (max(width, 8) * 12 + 4)
+    if reservoir_bytes > DEFAULT_MAX_BYTES:
+        raise SnapshotFormatError(
+            bad + f"the reservoirs would take {reservoir_bytes} bytes > {DEFAULT_MAX_BYTES}"
+        )

@@ -1,0 +1,343 @@
+"""One refit of the streaming engine: recompute splits top-down, re-split / prune / split.
+
+Design §5. A :class:`RefitPass` runs once per :meth:`StreamingHierarchy.refit
+<streammom.engine.StreamingHierarchy.refit>`:
+
+1. **plan** (post-order): every internal node whose sums changed enough (``fresh`` weight ≥
+   f × its weight, f backing off after stable refits) recomputes its split from its full
+   second moment — assembled here, bottom-up, only where needed — with the previous
+   discriminators as reference (child order and ids stay stable), and gets a plan:
+   :class:`~streammom.tree.Update` (router replaced in place), :class:`~streammom.tree.Resplit`
+   (more than ``resplit_threshold`` of its reservoir changes child: rebuild the subtree),
+   :class:`~streammom.tree.Stale` (the data no longer support a split) or
+   :class:`~streammom.tree.Prune` (a child's decayed weight fell below ``prune_fraction``);
+2. **apply** (top-down): a parent's re-split or prune overrides its descendants' plans;
+3. **grow**: leaves heavy enough split, heaviest first, while depth and leaf budget allow and
+   the split quality floors hold (design §4 "split quality").
+
+Each change appends a lineage record; the caller bumps the model version when any exists.
+Children start from the parent's reservoir routed by the new split, scaled to its weight.
+
+Cost is bounded and does not grow with the stream: internal C's are assembled bottom-up only
+where needed (one add per node); the top eigenpairs of M2 come from a block Krylov–Rayleigh–
+Ritz solve warm-started from the node's tracked basis (C unpacked once into a float32 matrix,
+then a few ``sgemm`` products, never a d×d eigendecomposition; residuals ≤ 1e-3·θ₁, well
+inside the ``basis_tol`` the tracked basis tolerates); ``compute_split`` then gets M2 as a
+:class:`~streammom.decompose.KnownSpectrumOperator` carrying exactly those eigenpairs (no
+second solve); the basis is rebased only when the top-2 eigenvectors leave its span; a new
+child's basis is a few block Krylov steps on its reservoir rows from the parent's basis; the
+d(d+1)/2 temporaries come from a small pool of reused buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from streammom.decompose import KnownSpectrumOperator
+from streammom.eigen import NodeEigensolver, complete_basis
+from streammom.model import Router
+from streammom.moments import SymmetricMatrix
+from streammom.split import NodeMoments, Split, compute_split
+from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
+
+if TYPE_CHECKING:
+    from streammom.engine import StreamingHierarchy
+
+__all__ = ["RefitPass"]
+
+
+def _router_side(router: Router, X: sp.csr_array) -> np.ndarray:
+    """0/1 child of every row under one router (same rule as HierarchyModel.route)."""
+    scores = np.asarray(X @ router.weights.T) + router.bias
+    if router.absolute:
+        scores = np.abs(scores)
+    return (scores[:, 1] > scores[:, 0]).astype(np.int64)
+
+
+class RefitPass:
+    """One refit over an engine's tree (module docstring); :meth:`run` returns the lineage
+    records of the changes (``version`` -1: the caller stamps the new model version)."""
+
+    def __init__(self, engine: StreamingHierarchy, eigen: NodeEigensolver) -> None:
+        self.eng = engine
+        self.eigen = eigen
+        self.records: list[dict[str, Any]] = []
+        self.touched: set[int] = set()  # nodes created or restructured: not split again
+        self.plans: dict[int, Plan] = {}
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> list[dict[str, Any]]:
+        eng = self.eng
+        self._plan(eng.root_id_, None)
+        self._apply(eng.root_id_)
+        self.plans.clear()
+        leaves = [
+            v for v in eng.nodes_.values()
+            if v.is_leaf and v.node_id not in self.touched and v.depth < eng.max_depth
+            and eng._weight_true(v) >= eng.min_split_weight and self._stale(v)
+            and len(v.reservoir) >= eng.min_reservoir_split
+        ]
+        leaves.sort(key=lambda v: (-v.acc.weight, v.node_id))
+        n_leaves = sum(1 for v in eng.nodes_.values() if v.is_leaf)
+        for v in leaves:
+            if n_leaves >= eng.max_leaves:
+                break
+            if self._try_split_leaf(v):
+                n_leaves += 1
+        return self.records
+
+    # ------------------------------------------------------------------ decisions
+    def _stale(self, v: Node) -> bool:
+        """Enough new weight since the node's last refit (f doubles per stable refit)."""
+        eng = self.eng
+        frac = min(eng.refit_min_new_fraction * 2.0**v.backoff,
+                   max(eng.refit_max_new_fraction, eng.refit_min_new_fraction))
+        return v.fresh > 0 and v.fresh >= frac * v.acc.weight
+
+    def _quality_ok(self, split: Split) -> bool:
+        """Split-quality floors (design §4): G eigen-gap and the λ₂ − λ₃ gap of M2."""
+        q = split.quality
+        return (q.get("rotation_gap", 0.0) >= self.eng.min_rotation_gap
+                and q.get("spectral_gap", 0.0) >= self.eng.min_spectral_gap)
+
+    def _record(self, event: str, v: Node, **extra: Any) -> None:
+        rec: dict[str, Any] = {
+            "event": event,
+            "node": v.node_id,
+            "children": list(v.children),
+            "version": -1,
+            "n_events": self.eng.n_events_seen_,
+            "weight": float(self.eng._weight_true(v)),
+        }
+        rec.update(extra)
+        self.records.append(rec)
+
+    # ------------------------------------------------------------------ plan (post-order)
+    def _plan(self, nid: int, into: np.ndarray | None) -> None:
+        """Assemble full packed C where needed and plan each internal node's refit.
+
+        An internal node's C is its offset plus its children's full C (design §3). A node that
+        needs its own full C (stale or pruned) sums its subtree into a fresh buffer; any other
+        node adds its offset and its children straight into the buffer of the nearest
+        ancestor that needs one (``into``), so the temporaries are one buffer per stale node on
+        the current path and untouched subtrees cost nothing.
+        """
+        eng = self.eng
+        v = eng.nodes_[nid]
+        assert v.acc.C is not None
+        if v.is_leaf:
+            if into is not None:
+                into += v.acc.C
+            return
+        W = eng._weight_true(v)
+        kid_w = [eng._weight_true(eng.nodes_[c]) for c in v.children]
+        prune = W <= 0 or min(kid_w) < eng.prune_fraction * W
+        stale = self._stale(v)
+        if not (prune or stale):
+            if into is not None:
+                into += v.acc.C
+            for c in v.children:
+                self._plan(c, into)
+            return
+        pool = eng._pool()
+        full = pool.copy_of(v.acc.C)
+        for c in v.children:
+            self._plan(c, full)
+        if into is not None:
+            into += full
+        if prune:
+            self.plans[nid] = Prune(full, kid_w)
+        else:
+            self._plan_stale(v, full)
+        if not isinstance(self.plans.get(nid), Prune | Resplit):
+            pool.release(full)
+
+    def _plan_stale(self, v: Node, full: np.ndarray) -> None:
+        eng = self.eng
+        split = self._node_split(v, full, v.discriminators)
+        v.fresh = 0.0
+        if split is None:
+            return
+        if not self._quality_ok(split):
+            self.plans[v.node_id] = Stale()
+            return
+        X = v.reservoir.to_csr()
+        assert v.router is not None
+        share = (float(np.mean(_router_side(v.router, X) != _router_side(split.router, X)))
+                 if X.shape[0] else 0.0)
+        if share > eng.resplit_threshold:
+            self.plans[v.node_id] = Resplit(split, full, share)
+        else:
+            self.plans[v.node_id] = Update(split, share)
+        # Back off on a node whose split did not move (design §5: skip nodes whose sums
+        # barely changed); any real change resets the schedule.
+        v.backoff = min(v.backoff + 1, 30) if share <= eng.stable_share else 0
+
+    # ------------------------------------------------------------------ apply (top-down)
+    def _apply(self, nid: int) -> None:
+        eng = self.eng
+        v = eng.nodes_[nid]
+        if v.is_leaf:
+            return
+        plan = self.plans.get(nid)
+        if isinstance(plan, Prune):
+            removed = eng._drop_subtree_below(v)
+            v.acc.C = plan.full
+            v.quality = {}
+            self.touched.add(nid)
+            self._record("prune", v, removed=removed,
+                         child_weights=[float(x) for x in plan.child_weights])
+            return
+        if isinstance(plan, Stale):
+            v.quality = {**v.quality, "stale_split": 1.0}
+        elif isinstance(plan, Resplit):
+            old_children, old_router, old_D = v.children, v.router, v.discriminators
+            old_offset = v.acc.C
+            removed = [n for c in old_children for n in subtree(eng.nodes_, c)]
+            v.children = []
+            v.acc.C = plan.full
+            kids = self._spawn_children(v, plan.split, plan.full)
+            if kids is None:  # degenerate new split: keep the old subtree
+                v.children, v.router, v.discriminators = old_children, old_router, old_D
+                v.acc.C = old_offset
+            else:
+                eng._delete_nodes(removed)
+                self.touched.update([nid, *kids])
+                self._record("re-split", v, removed=removed, rerouted=plan.share)
+                return
+        elif isinstance(plan, Update):
+            v.router = plan.split.router
+            v.discriminators = plan.split.discriminators
+            q = {k: float(x) for k, x in plan.split.quality.items()}
+            q["rerouted"] = plan.share
+            v.quality = q
+            self._record("update", v, rerouted=plan.share)
+        for c in list(v.children):
+            self._apply(c)
+
+    # ------------------------------------------------------------------ grow
+    def _try_split_leaf(self, v: Node) -> bool:
+        assert v.acc.C is not None
+        v.fresh = 0.0
+        split = self._node_split(v, v.acc.C, None)
+        if split is None:
+            return False
+        q = split.quality
+        if not self._quality_ok(split):
+            v.quality = {k: float(x) for k, x in q.items()}
+            return False
+        X = v.reservoir.to_csr()
+        side = _router_side(split.router, X)
+        share = float(side.mean()) if X.shape[0] else 0.0
+        if min(share, 1.0 - share) < max(self.eng.min_child_fraction, 1e-12):
+            v.quality = {k: float(x) for k, x in q.items()}
+            v.quality["child_share"] = min(share, 1.0 - share)
+            return False
+        kids = self._spawn_children(v, split, v.acc.C)
+        if kids is None:
+            return False
+        self._record("split", v, child_share=[1.0 - share, share])
+        return True
+
+    # ------------------------------------------------------------------ one node
+    def _node_split(self, v: Node, C: np.ndarray, reference: np.ndarray | None
+                    ) -> Split | None:
+        """Compute the split of a node from its sums, maintaining its tracked basis (design §3).
+
+        The top eigenpairs of M2 come from :meth:`NodeEigensolver.top_eigenpairs` (warm
+        start); if the top-2 eigenvectors left span(P) beyond ``basis_tol`` the basis moves to
+        the current top-m and T is rotated and repaired from the reservoir. ``compute_split``
+        then receives M2 as a cheap operator with exactly those eigenpairs (so its own
+        eigensolve is nearly free).
+        """
+        eng, eigen = self.eng, self.eigen
+        acc = v.acc
+        if acc.weight <= 0 or (eng.family == "multinomial" and (acc.t2 <= 0 or acc.t3 <= 0)):
+            return None
+        d = acc.n_features
+        m = min(eng.basis_dim, d)
+        p = min(max(m, 3), d)
+        try:
+            # The eigen-solve runs in float32 (half the memory traffic; its tolerance is far
+            # above float32 rounding); the single-topic corrections use float64 products.
+            S = SymmetricMatrix(C, d, buffer=eigen.scratch.get(d), dtype=np.float32)
+            s_vec, W, T2 = acc.s, acc.weight, acc.t2
+            multinomial = eng.family == "multinomial"
+            c_times = SymmetricMatrix(C, d).matmul if multinomial else None
+
+            def m2_times(B: np.ndarray) -> np.ndarray:
+                B2 = np.asarray(B, dtype=np.float64).reshape(d, -1)
+                out = S.matmul(B2)
+                out = (out - s_vec[:, None] * B2) / T2 if multinomial else out / W
+                return out.reshape(np.shape(B))
+
+            vals, vecs = eigen.top_eigenpairs(m2_times, d, p, acc.basis, v.node_id)
+            n_res = len(v.reservoir)
+            rows = v.reservoir.to_csr() if n_res else None
+            row_weight = acc.weight / n_res if n_res else 0.0
+            P_new = complete_basis(vecs[:, :m], m, d, eigen.seed(v.node_id, 1))
+            if acc.basis is None:
+                acc.set_basis(P_new, rows=rows, row_weight=row_weight)
+            elif vals[1] > 0:
+                E = vecs[:, :2].T / np.sqrt(vals[:2])[:, None]
+                if acc.basis_residual(E) > eng.basis_tol:
+                    acc.set_basis(P_new, rows=rows, row_weight=row_weight)
+                    eng.n_rebases_ += 1
+            moments = NodeMoments(
+                m2=KnownSpectrumOperator(vals, vecs),
+                m1=acc.first_moment(),
+                third=lambda E: acc.third_slices(E, c_times=c_times),
+            )
+            split = compute_split(moments, family=eng.family, method=eng.method,
+                                  reference_discriminators=reference,
+                                  random_state=eng.random_state)
+            quality = dict(split.quality)
+            quality["basis_residual"] = acc.basis_residual(split.whitening.pinv)
+            return replace(split, quality=quality)
+        except (ValueError, spla.ArpackNoConvergence, spla.ArpackError,
+                np.linalg.LinAlgError):
+            return None
+
+    def _spawn_children(self, v: Node, split: Split, C_full: np.ndarray) -> list[int] | None:
+        """Two new leaves from v's reservoir routed by ``split``, scaled to v's weight."""
+        eng = self.eng
+        X = v.reservoir.to_csr()
+        n = X.shape[0]
+        if n == 0:
+            return None
+        side = _router_side(split.router, X)
+        scale = v.acc.weight / n
+        d = X.shape[1]
+        kids: list[Node] = []
+        for j in (0, 1):
+            rows = np.flatnonzero(side == j)
+            if rows.size == 0:
+                return None
+            nid = eng._next_id + j
+            child = eng._new_node(nid, v.node_id, v.depth + 1)
+            Xj = X[rows]
+            Xj.sort_indices()
+            child.acc.update(Xj, np.full(rows.size, scale))
+            child.acc.set_basis(self.eigen.basis_from_rows(Xj, nid, d, v.acc.basis), rows=Xj,
+                                row_weight=scale)
+            child.reservoir = v.reservoir.subset(rows)
+            kids.append(child)
+        eng._next_id += 2
+        offset = C_full.copy() if C_full is not v.acc.C else C_full
+        for child in kids:
+            assert child.acc.C is not None
+            offset -= child.acc.C
+        v.acc.C = offset
+        v.children = [k.node_id for k in kids]
+        v.router = split.router
+        v.discriminators = split.discriminators
+        v.quality = {k: float(x) for k, x in split.quality.items()}
+        for k in kids:
+            k.born_version = eng.model_version_ + 1
+            eng.nodes_[k.node_id] = k
+        return v.children

@@ -1,0 +1,122 @@
+"""The engine's node tree and the kinds of refit plan (design §3, §5).
+
+* :class:`Node` — the mutable state of one node: its moment sums, reservoir, children and
+  router. The published, immutable tree is :class:`~streammom.model.HierarchyModel`.
+* :func:`subtree` / :func:`leaf_layout` — walks over the ``{id: Node}`` map: a node and its
+  descendants in DFS order, and the DFS rank of every leaf with each node's contiguous range of
+  leaf ranks (the hot path sorts a batch by leaf rank so every node's rows are one slice).
+* The plan kinds a refit's post-order pass decides per internal node, applied top-down
+  afterwards (a parent's re-split or prune overrides its descendants' plans):
+  :class:`Prune`, :class:`Resplit`, :class:`Update`, :class:`Stale`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streammom.model import Router
+from streammom.moments import MomentAccumulator
+from streammom.reservoir import Reservoir
+from streammom.split import Split
+
+__all__ = ["LeafLayout", "Node", "Plan", "Prune", "Resplit", "Stale", "Update", "leaf_layout",
+           "subtree"]
+
+
+@dataclass
+class Node:
+    """Mutable per-node state of the engine (the published tree is ``model_``)."""
+
+    node_id: int
+    parent: int
+    depth: int
+    acc: MomentAccumulator
+    reservoir: Reservoir
+    children: list[int] = field(default_factory=list)
+    router: Router | None = None
+    discriminators: np.ndarray | None = None
+    quality: dict[str, float] = field(default_factory=dict)
+    fresh: float = 0.0  # stored weight received since this node's last refit
+    backoff: int = 0  # consecutive stable refits (each doubles the new-weight fraction needed)
+    born_version: int = 0
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+def subtree(nodes: Mapping[int, Node], node_id: int) -> list[int]:
+    """``node_id`` and its descendants, in DFS pre-order (children in order)."""
+    out, stack = [], [node_id]
+    while stack:
+        v = stack.pop()
+        out.append(v)
+        stack.extend(reversed(nodes[v].children))
+    return out
+
+
+@dataclass(frozen=True)
+class LeafLayout:
+    """Leaves in DFS order: ``rank[node_id]`` is a leaf's rank (-1 for internal nodes) and
+    ``spans`` lists every node (DFS order) with its half-open range of leaf ranks."""
+
+    rank: np.ndarray
+    n_leaves: int
+    spans: list[tuple[int, int, int]]
+
+
+def leaf_layout(nodes: Mapping[int, Node], root_id: int) -> LeafLayout:
+    """The :class:`LeafLayout` of the tree under ``root_id``."""
+    order = subtree(nodes, root_id)
+    leaves = [nid for nid in order if nodes[nid].is_leaf]
+    rank = np.full(max(nodes) + 1, -1, dtype=np.int64)
+    rank[leaves] = np.arange(len(leaves))
+    span: dict[int, tuple[int, int]] = {}
+    for nid in reversed(order):
+        v = nodes[nid]
+        if v.is_leaf:
+            r = int(rank[nid])
+            span[nid] = (r, r + 1)
+        else:
+            span[nid] = (span[v.children[0]][0], span[v.children[-1]][1])
+    return LeafLayout(rank, len(leaves), [(nid, span[nid][0], span[nid][1]) for nid in order])
+
+
+# ---------------------------------------------------------------------- refit plans
+@dataclass(frozen=True)
+class Prune:
+    """Merge the node's children back: one holds < ``prune_fraction`` of its weight.
+    ``full`` is the node's assembled C (it becomes the leaf's own)."""
+
+    full: np.ndarray
+    child_weights: list[float]
+
+
+@dataclass(frozen=True)
+class Resplit:
+    """The recomputed router sends more than ``resplit_threshold`` of the reservoir to the
+    other child (``share``): rebuild the subtree from the reservoir with ``split``."""
+
+    split: Split
+    full: np.ndarray
+    share: float
+
+
+@dataclass(frozen=True)
+class Update:
+    """Replace the router in place (``share`` of the reservoir re-routed)."""
+
+    split: Split
+    share: float
+
+
+@dataclass(frozen=True)
+class Stale:
+    """The data no longer support a split: keep the router; a child that stops receiving
+    events then decays and is pruned."""
+
+
+Plan = Prune | Resplit | Update | Stale
