@@ -142,6 +142,15 @@ class HierarchicalMoM(Estimator):
     labels_ : ndarray (n,) — leaf node id of every training row.
     n_leaves_ : int
     n_features_in_ : int
+
+    Examples
+    --------
+    >>> from streammom.datasets import make_hierarchical_bernoulli
+    >>> X, y, _ = make_hierarchical_bernoulli(4_000, 60, 4, codes_per_event=8.0,
+    ...                                       random_state=1)
+    >>> est = HierarchicalMoM(max_depth=2).fit(X)
+    >>> est.n_leaves_, bool((est.predict(X) == est.labels_).all())
+    (4, True)
     """
 
     _parameters = (
