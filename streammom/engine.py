@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from html import escape
 from typing import Any, Literal
 
 import numpy as np
@@ -45,6 +46,7 @@ from streammom.base import Estimator
 from streammom.decay import DecayClock
 from streammom.eigen import NodeEigensolver, ScratchBuffer
 from streammom.engine_archive import ENGINE_SCHEMA_VERSION, engine_from_archive, engine_to_archive
+from streammom.engine_input import check_timestamps, looks_like_events, one_event
 from streammom.engine_params import ENGINE_PARAMETERS
 from streammom.model import (
     HierarchyModel,
@@ -66,16 +68,6 @@ from streammom.vocab import Vocabulary
 
 __all__ = ["ENGINE_SCHEMA_VERSION", "StreamingHierarchy"]
 
-
-
-def _looks_like_events(X: Any) -> bool:
-    """Raw events (token lists / count dicts) rather than a matrix-like batch."""
-    if not isinstance(X, list | tuple) or not X:
-        return False
-    first = X[0]
-    if isinstance(first, Mapping):
-        return True
-    return isinstance(first, list | tuple) and (not first or isinstance(first[0], str))
 
 
 class StreamingHierarchy(Estimator):
@@ -292,8 +284,8 @@ class StreamingHierarchy(Estimator):
         """Factor turning stored sums into true (decayed) sums now."""
         return self._decay.scale(self.half_life)
 
-    def _rebuild_model(self) -> None:
-        """Publish the current tree as an immutable HierarchyModel; refresh grouping tables."""
+    def _current_model(self) -> HierarchyModel:
+        """The tree as it stands now, as an immutable HierarchyModel (true, decayed weights)."""
         assert self.n_features_ is not None
         scale = self._scale()
         nodes = []
@@ -312,7 +304,7 @@ class StreamingHierarchy(Estimator):
                 )
             )
         names = self.vocabulary.feature_names if self.vocabulary is not None else None
-        self.model_ = HierarchyModel(
+        return HierarchyModel(
             nodes,
             n_features=self.n_features_,
             family=self.family,
@@ -321,30 +313,22 @@ class StreamingHierarchy(Estimator):
             feature_names=names,
             metadata={"engine": "StreamingHierarchy", "n_events_seen": self.n_events_seen_},
         )
+
+    def _rebuild_model(self) -> None:
+        """Publish the current tree as ``model_``; refresh the hot path's leaf layout."""
+        self.model_ = self._current_model()
         # DFS leaf ranks: every node's rows are one contiguous slice after sorting by rank.
         self._layout = leaf_layout(self.nodes_, self.root_id_)
 
     # ------------------------------------------------------------------ input
     def _as_matrix(self, X: Any) -> sp.csr_array:
-        if self.vocabulary is not None and _looks_like_events(X):
+        if self.vocabulary is not None and looks_like_events(X):
             X = self.vocabulary.transform(X, binary=self.family == "bernoulli")
         X = as_csr(X, self.n_features_)
         X.eliminate_zeros()
         if self.n_features_ is None:
             self._init_tree(X.shape[1])
         return X
-
-    def _check_timestamps(self, timestamps: Any, n: int) -> np.ndarray | None:
-        if timestamps is None:
-            if self.half_life is not None and self.half_life_unit == "seconds" and n:
-                raise ValueError("half_life_unit='seconds' needs timestamps")
-            return None
-        ts = np.asarray(timestamps, dtype=np.float64).ravel()
-        if ts.shape != (n,):
-            raise ValueError(f"timestamps has shape {ts.shape}, expected ({n},)")
-        if not np.isfinite(ts).all():
-            raise ValueError("timestamps must be finite")
-        return ts
 
     def _stored_weights(self, w: np.ndarray, ts: np.ndarray | None) -> np.ndarray:
         """Event weights in the lazily scaled units of the sums (:mod:`streammom.decay`);
@@ -369,7 +353,8 @@ class StreamingHierarchy(Estimator):
         X = self._as_matrix(X)
         n = X.shape[0]
         w = as_weights(weights, n)
-        ts = self._check_timestamps(timestamps, n)
+        ts = check_timestamps(timestamps, n, required=self.half_life is not None
+                              and self.half_life_unit == "seconds")
         assert self.model_ is not None
         routing = self.model_.route(X, check_input=False)
         if n:
@@ -399,6 +384,36 @@ class StreamingHierarchy(Estimator):
     def predict(self, X: Any) -> np.ndarray:
         """Leaf id of every row under the current model."""
         return self.assign(X).leaf_ids
+
+    def learn_one(self, event: Any, *, weight: float = 1.0, timestamp: float | None = None
+                  ) -> int:
+        """Learn one event (River style): a token list or count mapping (with a vocabulary)
+        or a vector of length d. Returns the leaf it was routed to. A batch of one costs a
+        little more per event than :meth:`learn` on a batch; use that on streams.
+
+        >>> from streammom import Vocabulary
+        >>> eng = StreamingHierarchy(vocabulary=Vocabulary(capacity=16))
+        >>> eng.learn_one(["E11.9", "I10"]), eng.predict_one(["I10"]), eng.n_events_seen_
+        (0, 0, 1)
+        """
+        X = one_event(event, has_vocabulary=self.vocabulary is not None)
+        ts = None if timestamp is None else [timestamp]
+        return int(self.learn(X, weights=[weight], timestamps=ts).leaf_ids[0])
+
+    def predict_one(self, event: Any) -> int:
+        """The leaf of one event under the current model (no learning)."""
+        X = one_event(event, has_vocabulary=self.vocabulary is not None)
+        return int(self.assign(X).leaf_ids[0])
+
+    def describe(self, n_top: int = 5) -> str:
+        """The tree as indented text with the sums as they are now (``model_`` keeps the
+        weights of the last refit); see :meth:`HierarchyModel.describe`."""
+        return self._current_model().describe(n_top) if self.n_features_ else repr(self)
+
+    def _repr_html_(self) -> str:
+        """Notebook display: the parameters, then the tree as it is now."""
+        tree = self._current_model()._repr_html_() if self.n_features_ else ""
+        return f"<p><code>{escape(repr(self))}</code></p>{tree}"
 
     def _refit_due(self) -> bool:
         if self.refit_every is not None and self._events_since_refit >= self.refit_every:

@@ -27,6 +27,7 @@ import numpy as np
 
 from streammom import _kernels
 from streammom._validation import as_csr
+from streammom.describe import describe_model, model_html
 from streammom.relevance import FeatureScore, top_features
 from streammom.serialization import (
     SnapshotFormatError,
@@ -437,6 +438,19 @@ class HierarchyModel:
             f"leaves={self.n_leaves}, depth={self.max_depth}, d={self.n_features}, "
             f"method={self.method!r}, family={self.family!r})"
         )
+
+    def describe(self, n_top: int = 5) -> str:
+        """The tree as indented text, each node with its ``n_top`` most relevant features
+        (:func:`streammom.describe.describe_model`); ``print(model)`` shows the same."""
+        return describe_model(self, n_top=n_top)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def _repr_html_(self) -> str:
+        """Notebook display: the tree as collapsible HTML
+        (:func:`streammom.describe.model_html`)."""
+        return model_html(self)
 
 
 def check_tree(links: Mapping[int, tuple[int, Sequence[int]]]) -> int:

@@ -19,15 +19,23 @@ __all__ = ["FeatureScore", "relevance", "top_features"]
 _EPS = 1e-12
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class FeatureScore:
-    """One ranked feature: index, name, relevance, probability in the cluster and overall."""
+    """One ranked feature: index, name, relevance, probability in the cluster and overall.
+
+    >>> FeatureScore(3, "E11.9", -0.3412, 0.52, 0.11)
+    FeatureScore('E11.9', relevance=-0.341, p=0.52, background=0.11)
+    """
 
     index: int
     name: str
     relevance: float
     probability: float
     background: float
+
+    def __repr__(self) -> str:
+        return (f"FeatureScore({self.name!r}, relevance={self.relevance:.3g}, "
+                f"p={self.probability:.3g}, background={self.background:.3g})")
 
     @property
     def lift(self) -> float:

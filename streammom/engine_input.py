@@ -1,0 +1,58 @@
+"""What the streaming engine accepts as input, checked at its boundary.
+
+A batch is a matrix (scipy.sparse or dense, n × d, non-negative; binary for the Bernoulli
+family is the caller's choice) or — when the engine has a vocabulary — raw events: token lists
+(``["E11.9", "I10"]``) or count mappings (``{"word": 3}``). One event (``learn_one`` /
+``predict_one``) is a token list, a count mapping, or a 1-D vector of length d. Timestamps are
+finite event times in seconds, one per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["check_timestamps", "looks_like_events", "one_event"]
+
+
+def looks_like_events(X: Any) -> bool:
+    """Raw events (token lists / count dicts) rather than a matrix-like batch."""
+    if not isinstance(X, list | tuple) or not X:
+        return False
+    first = X[0]
+    if isinstance(first, Mapping):
+        return True
+    return isinstance(first, list | tuple) and (not first or isinstance(first[0], str))
+
+
+def one_event(event: Any, *, has_vocabulary: bool) -> Any:
+    """A one-row batch from one event: ``[event]`` for a token list or count mapping (needs a
+    vocabulary), a 1 × d array for a vector."""
+    raw = isinstance(event, Mapping) or (
+        isinstance(event, list | tuple) and (not event or isinstance(event[0], str)))
+    if raw:
+        if not has_vocabulary:
+            raise ValueError("token lists and count mappings need an engine with a vocabulary "
+                             "(StreamingHierarchy(vocabulary=Vocabulary()))")
+        return [event]
+    row = np.asarray(event, dtype=np.float64)
+    if row.ndim != 1:
+        raise ValueError(f"one event must be 1-D (a vector of length d), got shape {row.shape}")
+    return row.reshape(1, -1)
+
+
+def check_timestamps(timestamps: Any, n: int, *, required: bool) -> np.ndarray | None:
+    """``timestamps`` as a finite float64 vector of length n (None allowed unless
+    ``required``: a half-life in seconds needs event times)."""
+    if timestamps is None:
+        if required and n:
+            raise ValueError("half_life_unit='seconds' needs timestamps")
+        return None
+    ts = np.asarray(timestamps, dtype=np.float64).ravel()
+    if ts.shape != (n,):
+        raise ValueError(f"timestamps has shape {ts.shape}, expected ({n},)")
+    if not np.isfinite(ts).all():
+        raise ValueError("timestamps must be finite")
+    return ts
