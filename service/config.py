@@ -13,6 +13,7 @@ Unknown keys are rejected everywhere (``extra="forbid"``), including inside the 
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import threading
@@ -26,6 +27,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationError,
     create_model,
     field_validator,
     model_validator,
@@ -380,8 +382,40 @@ def load_settings(
         _CURRENT_TOML["path"] = toml_path
         try:
             return Settings(**dict(overrides or {}))
+        except ValidationError as exc:
+            raise ConfigError(explain_validation_error(exc)) from exc
         finally:
             _CURRENT_TOML["path"] = None
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The valid names at ``loc``'s level: sections, or the keys of ``loc[0]``'s section."""
+    if len(loc) <= 1:
+        return list(Settings.model_fields)
+    field = Settings.model_fields.get(str(loc[0]))
+    model = getattr(field, "annotation", None)
+    return list(getattr(model, "model_fields", {}))
+
+
+def explain_validation_error(exc: ValidationError) -> str:
+    """One short line per problem: where (``section.key``), what was given and what is
+    expected; an unknown key gets "did you mean …?" from the valid keys (difflib)."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err.get("loc", ()))
+        where = ".".join(str(p) for p in loc) or "settings"
+        if err.get("type") == "extra_forbidden":
+            known = _known_keys(loc)
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+            prefix = ".".join(str(p) for p in loc[:-1])
+            hint = (f"; did you mean {prefix + '.' if prefix else ''}{close[0]}?" if close
+                    else f"; valid: {', '.join(known)}" if len(known) <= 12 else "")
+            lines.append(f"{where} is not a setting{hint}")
+        else:
+            given = err.get("input")
+            shown = repr(given) if not isinstance(given, dict) else "a table"
+            lines.append(f"{where} = {shown}: {err.get('msg', 'invalid')}")
+    return "; ".join(lines)
 
 
 def parse_set_overrides(items: list[str] | None) -> dict[str, Any]:

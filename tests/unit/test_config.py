@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from service.config import (
     ConfigError,
@@ -82,14 +81,28 @@ def test_static_membership_env(monkeypatch: pytest.MonkeyPatch) -> None:
      '[model]\nmax_leaves = "many"\n', '[worker]\npoll_timeout_s = 5\n'],
 )
 def test_unknown_or_invalid_toml_rejected(tmp_path: Path, text: str) -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConfigError) as err:
         load_settings(_toml(tmp_path, text))
+    assert "\n" not in str(err.value) and "errors.pydantic.dev" not in str(err.value)
 
 
 def test_unknown_nested_env_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMMOM_KAFKA__BOOTSTRAP", "x")
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConfigError, match=r"kafka\.bootstrap is not a setting; did you mean "
+                                          r"kafka\.bootstrap_servers\?"):
         load_settings()
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("model.max_dpth=3", "model.max_dpth is not a setting; did you mean model.max_depth?"),
+    ("modl.max_depth=3", "modl is not a setting; did you mean model?"),
+    ("model.max_depth=abc", "model.max_depth = 'abc': Input should be a valid integer"),
+    ("model.prune_fraction=0.9", "model.prune_fraction = 0.9: Input should be less than 0.5"),
+])
+def test_typos_and_bad_values_answer_in_one_line(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, parse_set_overrides([override]))
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
 def test_missing_file_and_bad_set(tmp_path: Path) -> None:

@@ -17,11 +17,17 @@ from typing import Any
 
 import pytest
 from kafka import errors as kerrors
-from pydantic import ValidationError
 
 import service.kafka_transport as kt
 from service.commands.produce import produce_sample
-from service.config import KafkaSettings, Settings, TopicsSettings, dump_settings, load_settings
+from service.config import (
+    ConfigError,
+    KafkaSettings,
+    Settings,
+    TopicsSettings,
+    dump_settings,
+    load_settings,
+)
 from service.memory_transport import MemoryBroker, MemorySink, MemorySource
 from service.metrics import WorkerMetrics
 from service.transport import TransportError
@@ -73,13 +79,13 @@ def test_invalid_security_combinations_are_rejected_at_load(
     kafka: dict[str, str], message: str, pem: dict[str, Path]
 ) -> None:
     values = {k: v.format(**pem) for k, v in kafka.items()}
-    with pytest.raises(ValidationError, match=message):
+    with pytest.raises(ConfigError, match=message):
         load_settings(overrides={"kafka": values})
 
 
 def test_env_settings_are_validated_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAMMOM_KAFKA__SASL_MECHANISM", "SCRAM-SHA-256")
-    with pytest.raises(ValidationError, match="needs security_protocol SASL_PLAINTEXT"):
+    with pytest.raises(ConfigError, match="needs security_protocol SASL_PLAINTEXT"):
         load_settings()
 
 
