@@ -19,10 +19,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Re-install when the project metadata changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# Re-install when the project metadata changes. The demo needs the runtime only (a few
+# packages); tests and lint add the [dev] tools on top.
+$(VENV)/.installed-runtime: pyproject.toml | $(BIN)/python
+	@echo "installing streammom and its runtime dependencies into $(VENV) (first time: about a minute)"
+	$(BIN)/python -m pip install --quiet -e .
 	touch $@
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@echo "installing streammom with the test and lint tools into $(VENV) (first time: a few minutes)"
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed-runtime
 
 install: $(VENV)/.installed
 
@@ -58,8 +65,10 @@ test: install kafka-libs system-deps lint
 unit: install
 	$(BIN)/pytest -m "not kafka" $(PYTEST_ARGS)
 
-demo: install
+demo: $(VENV)/.installed-runtime
 	$(BIN)/streammom demo
+	@echo
+	@echo "streammom is installed in $(VENV): run 'source $(VENV)/bin/activate' to put it on your PATH"
 
 bench: install
 	$(BIN)/python -m pip install --quiet -e '.[bench]'

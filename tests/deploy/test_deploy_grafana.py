@@ -80,3 +80,14 @@ def test_required_panels(dashboard: dict[str, Any]) -> None:
     assert has("streammom_tree_leaves") and has("streammom_tree_depth")
     assert has("streammom_refit_duration_seconds")
     assert has("time() - ", "streammom_last_checkpoint_timestamp_seconds")
+
+
+def test_job_is_a_variable_not_hard_coded(dashboard: dict[str, Any]) -> None:
+    """A Prometheus Operator or a custom scrape config names the job differently: every query
+    selects the job through the ``$job`` variable (default "streammom")."""
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["job"]["current"]["value"] == "streammom"
+    assert "$job" in variables["instance"]["definition"]
+    for title, expr in _exprs(dashboard):
+        assert "job=" not in expr.replace('job=~"$job"', ""), (title, expr)
+        assert 'job=~"$job"' in expr, (title, expr)

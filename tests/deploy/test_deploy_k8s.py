@@ -141,3 +141,21 @@ def test_services_and_pdb(resources: dict[tuple[str, str], dict[str, Any]]) -> N
     pdb = resources[("PodDisruptionBudget", "streammom")]["spec"]
     assert pdb["maxUnavailable"] == 1
     assert pdb["selector"]["matchLabels"] == LABELS
+
+
+def test_service_monitor_selects_the_metrics_port() -> None:
+    """The Prometheus Operator ServiceMonitor scrapes the same Service port and path as the
+    annotations, and names the job "streammom" (what the dashboard and alerts default to)."""
+    [monitor] = yaml.safe_load_all(
+        (K8S / "prometheus-operator" / "servicemonitor.yaml").read_text())
+    services = [d for d in yaml.safe_load_all((K8S / "service.yaml").read_text())
+                if d["metadata"]["name"] == "streammom-metrics"]
+    [service] = services
+    assert monitor["kind"] == "ServiceMonitor"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"][
+        "labels"].items()
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == service["metadata"]["annotations"]["prometheus.io/path"]
+    label = monitor["spec"]["jobLabel"]
+    assert service["metadata"]["labels"][label] == "streammom"

@@ -126,6 +126,7 @@ def _grafana_to_promql(expr: str) -> str:
         "$__interval": "15s",
         "$__range": "1h",
         "$instance": ".*",
+        "$job": "streammom",
     }
     for var, value in replacements.items():
         expr = expr.replace(var, value)
