@@ -71,31 +71,42 @@ class SpectralMixture(Estimator):
 
     Parameters
     ----------
-    n_components : int
+    n_components : int >= 1, default 2
         Number of mixture components k (≤ number of features).
-    family : {"bernoulli", "multinomial"}
+    family : {"bernoulli", "multinomial"}, default "bernoulli"
         Binary data (disease codes) or counts (bag of words).
-    method : {"asvtd", "svtd", "jacobi"}
+    method : {"asvtd", "svtd", "jacobi"}, default "asvtd"
         How the moments are decomposed (module docstring).
-    em : bool
+    em : bool, default True
         Refine the method-of-moments estimate with EM (part of the method for binary data).
-    tol, max_iter : float, int
+    tol : float >= 0, default 1e-4
+    max_iter : int >= 0, default 100
         EM stops when ‖M_t − M_{t−1}‖_F < tol or after max_iter iterations.
-    random_state : int
+    random_state : int >= 0, default 0
         Seeds the Lanczos start vector of the whitening step (large d); results are
         deterministic.
-    slice_criterion : {"relative", "absolute"}
+    slice_criterion : {"relative", "absolute"}, default "relative"
         How SVTD picks the slice r that gives O: largest minimum eigen-gap of H_r relative to
         its largest |eigenvalue| (default; better on noisy raw moments) or absolute (the
         thesis's Remark 2.1.2). Also the starting point of ``method="jacobi"``.
 
-    Attributes (after ``fit``)
-    --------------------------
-    means_ (k, d), weights_ (k,), n_iter_, converged_ (False when ``em=False``),
-    log_likelihood_ (Σ_i log p(x_i)), n_features_in_, decomposition_ (the raw
-    :class:`~streammom.decompose.SpectralDecomposition`), moment_means_ and moment_weights_
-    (the clipped method-of-moments estimate that initialised EM, canonical order of its own).
+    Attributes
+    ----------
+    means_ : ndarray (k, d)
+    weights_ : ndarray (k,)
+        The fitted components, in canonical order (heaviest first).
+    n_iter_, converged_ : int, bool
+        EM iterations and convergence (0 and False when ``em=False``).
+    log_likelihood_ : float
+        Σᵢ log p(xᵢ) under the fitted mixture.
+    n_features_in_ : int
+    decomposition_ : SpectralDecomposition
+        The raw method-of-moments result (:mod:`streammom.decompose`).
+    moment_means_, moment_weights_ : ndarray
+        The clipped method-of-moments estimate that initialised EM (its own canonical order).
 
+    Examples
+    --------
     >>> X = np.repeat([[1.0, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 1]], [30, 10], axis=0)
     >>> model = SpectralMixture(2).fit(X)
     >>> model.predict(X[[0, 39]]).tolist(), model.weights_.round(2).tolist()

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import Daemon, TopicReader, new_prefix, produce, wait_until
+from daemon_harness import Daemon, TopicReader, make_topics, new_prefix, produce, wait_until
 
 from service.commands.produce import sample_messages
 
@@ -27,6 +28,28 @@ def _produce_big(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
         producer.send(topic, key=key, value=value).get(timeout=60)
     finally:
         producer.close(timeout=10)
+
+
+def _run_until(bootstrap: str, topics: dict[str, str], tmp_path: Path, group: str, *,
+               processed: int, letters: int,
+               probe: Callable[[Daemon], Any] = lambda d: None) -> tuple[Daemon, list[Any], Any]:
+    """One daemon over the pre-filled input until ``processed`` events are done and
+    ``letters`` dead letters are read; ``probe`` runs on the live daemon before the stop.
+    Asserts the one process exits 0 without a restart."""
+    daemon = Daemon(bootstrap, topics, tmp_path, group=group).start()
+    dlq = TopicReader(bootstrap, topics["dead_letters"])
+    try:
+        wait_until(lambda: daemon.alive() is None and daemon.processed() >= processed, 120,
+                   message=f"{processed} events processed")
+        read = dlq.read_until(letters, 60)
+        daemon.alive()
+        seen = probe(daemon)
+    finally:
+        code = daemon.stop()
+        dlq.close()
+    assert code == 0, daemon.log_tail()
+    assert daemon.starts == 1
+    return daemon, read, seen
 
 
 @pytest.mark.kafka
@@ -52,18 +75,8 @@ def test_poison_and_oversized_messages_are_dead_lettered(
     _produce_big(kafka_bootstrap, topics["input"], b"big", big)
     produce(kafka_bootstrap, topics["input"], after)
 
-    daemon = Daemon(kafka_bootstrap, topics, tmp_path, group=f"{prefix}-g").start()
-    dlq = TopicReader(kafka_bootstrap, topics["dead_letters"])
-    try:
-        wait_until(lambda: daemon.alive() is None and daemon.processed() >= 1200, 120,
-                   message="every valid event processed")
-        letters = dlq.read_until(2, 60)
-        daemon.alive()
-    finally:
-        code = daemon.stop()
-        dlq.close()
-    assert code == 0, daemon.log_tail()
-    assert daemon.starts == 1
+    daemon, letters, _ = _run_until(kafka_bootstrap, topics, tmp_path, f"{prefix}-g",
+                                    processed=1200, letters=2)
     by_key = {r.key: r for r in letters}
     assert set(by_key) == {b"poison", b"big"}, [r.key for r in letters]
 
@@ -104,13 +117,7 @@ def test_a_record_the_client_cannot_read_is_dead_lettered_not_retried_forever(
     from kafka import KafkaProducer
 
     prefix = new_prefix("unreadable")
-    topics = {
-        "input": kafka_topic_factory(1, prefix=f"{prefix}.events"),
-        "assignments": kafka_topic_factory(1, prefix=f"{prefix}.assignments"),
-        "models": kafka_topic_factory(1, prefix=f"{prefix}.models",
-                                      config={"cleanup.policy": "compact"}),
-        "dead_letters": kafka_topic_factory(1, prefix=f"{prefix}.dlq"),
-    }
+    topics = make_topics(kafka_topic_factory, prefix)
     before = list(sample_messages(300, seed=63))
     after = list(sample_messages(300, seed=64))
     produce(kafka_bootstrap, topics["input"], before)
@@ -122,18 +129,9 @@ def test_a_record_the_client_cannot_read_is_dead_lettered_not_retried_forever(
         producer.close(timeout=10)
     produce(kafka_bootstrap, topics["input"], after)
 
-    daemon = Daemon(kafka_bootstrap, topics, tmp_path, group=f"{prefix}-g").start()
-    dlq = TopicReader(kafka_bootstrap, topics["dead_letters"])
-    try:
-        wait_until(lambda: daemon.alive() is None and daemon.processed() >= 600, 120,
-                   message="every readable event processed")
-        letters = dlq.read_until(1, 60)
-        unreadable = daemon.metric("streammom_events_rejected_total", {"reason": "unreadable"})
-    finally:
-        code = daemon.stop()
-        dlq.close()
-    assert code == 0, daemon.log_tail()
-    assert daemon.starts == 1
+    _, letters, unreadable = _run_until(
+        kafka_bootstrap, topics, tmp_path, f"{prefix}-g", processed=600, letters=1,
+        probe=lambda d: d.metric("streammom_events_rejected_total", {"reason": "unreadable"}))
     assert len(letters) == 1
     headers = dict(letters[0].headers)
     assert headers["dlq.reason"] == b"unreadable"

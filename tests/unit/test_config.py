@@ -15,14 +15,7 @@ from service.config import (
     parse_set_overrides,
 )
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    for key in list(os.environ):
-        if (key.startswith("STREAMMOM_") and "__" in key) or key == "STREAMMOM_CONFIG":
-            monkeypatch.delenv(key, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def _toml(tmp_path: Path, text: str) -> Path:

@@ -5,27 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sample_models import small_tree
 
 from streammom.model import HierarchyModel, Router, TreeNode, map_router
 from streammom.serialization import SnapshotFormatError
 
 
-def _tree(d: int = 4, version: int = 3) -> HierarchyModel:
-    """Root splits by D-SIDIWO on {0,1} vs {2,3}; node 2 splits by Bernoulli MAP on 2 vs 3."""
-    root = TreeNode(0, -1, 0, 10.0, np.full(d, 0.5), (1, 2),
-                    Router(np.array([[1.0, 1, 0, 0], [0, 0, 1, 1]]), np.zeros(2), absolute=True))
-    left = TreeNode(1, 0, 1, 5.0, np.array([0.9, 0.9, 0.0, 0.0]))
-    right = TreeNode(2, 0, 1, 5.0, np.array([0.0, 0.0, 0.5, 0.5]), (3, 4),
-                     map_router(np.array([[0.1, 0.1, 0.9, 0.1], [0.1, 0.1, 0.1, 0.9]]),
-                                np.array([0.5, 0.5]), "bernoulli"))
-    a = TreeNode(3, 2, 2, 2.5, np.array([0.0, 0.0, 0.9, 0.1]))
-    b = TreeNode(4, 2, 2, 2.5, np.array([0.0, 0.0, 0.1, 0.9]))
-    return HierarchyModel([b, a, right, left, root], n_features=d, feature_names=list("abcd"),
-                          version=version)
-
-
 def test_routing_follows_each_router_rule() -> None:
-    model = _tree()
+    model = small_tree()
     X = np.array([[1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 1, 1]], dtype=float)
     routing = model.route(X)
     assert routing.leaf_ids.tolist() == [1, 3, 4, 3]  # last row: tie at node 2 goes to child 0
@@ -109,13 +96,13 @@ def test_compiled_routing_matches_a_plain_walk() -> None:
 
 
 def test_records_are_plain_json_types() -> None:
-    rec = _tree().route(np.array([[0.0, 0, 1, 0]])).records()[0]
+    rec = small_tree().route(np.array([[0.0, 0, 1, 0]])).records()[0]
     assert rec == {"leaf_id": 3, "path": [0, 2, 3], "margins": rec["margins"], "model_version": 3}
     assert len(rec["margins"]) == 2 and all(isinstance(m, float) for m in rec["margins"])
 
 
 def test_round_trip_is_byte_identical_and_float32_is_close() -> None:
-    model = _tree()
+    model = small_tree()
     raw = model.to_bytes()
     again = HierarchyModel.from_bytes(raw)
     assert again.to_bytes() == raw
@@ -127,12 +114,12 @@ def test_round_trip_is_byte_identical_and_float32_is_close() -> None:
 
 
 def test_top_features_ranks_by_relevance_against_root() -> None:
-    top = _tree().top_features(3, n=1)
+    top = small_tree().top_features(3, n=1)
     assert [f.name for f in top] == ["c"]
 
 
 def test_path_and_leaves() -> None:
-    model = _tree()
+    model = small_tree()
     assert model.leaf_ids == (1, 3, 4)
     assert model.path_to(4) == [0, 2, 4]
     assert model.max_depth == 2
@@ -147,14 +134,14 @@ def test_path_and_leaves() -> None:
     ],
 )
 def test_invalid_trees_are_rejected(bad) -> None:
-    base = _tree()
+    base = small_tree()
     nodes = [base.nodes[0], base.nodes[1], TreeNode(2, 0, 1, 1.0, np.zeros(4))]
     with pytest.raises(ValueError):
         HierarchyModel(bad(nodes), n_features=4)
 
 
 def test_input_validation() -> None:
-    model = _tree()
+    model = small_tree()
     with pytest.raises(ValueError, match="features"):
         model.predict(np.ones((2, 3)))
     with pytest.raises(ValueError, match="negative"):
@@ -164,7 +151,7 @@ def test_input_validation() -> None:
 
 
 def test_from_archive_rejects_other_kinds_and_versions() -> None:
-    manifest, arrays = _tree().to_archive()
+    manifest, arrays = small_tree().to_archive()
     with pytest.raises(SnapshotFormatError, match="not a hierarchy model"):
         HierarchyModel.from_archive({**manifest, "kind": "other"}, arrays)
     with pytest.raises(SnapshotFormatError, match="schema version"):

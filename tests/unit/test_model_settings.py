@@ -22,14 +22,7 @@ from streammom import StreamingHierarchy
 from streammom.engine_params import ENGINE_PARAMETERS
 from streammom.params import Interval, InvalidParameterError, Options, Param
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("STREAMMOM_"):
-            monkeypatch.delenv(key, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def test_the_table_is_the_engine_signature() -> None:

@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sample_models import small_tree
 
-from streammom.model import HierarchyModel, Router, TreeNode, map_router
+from streammom.model import HierarchyModel, TreeNode
 from streammom.serialization import SnapshotFormatError, archive_bytes, read_archive
 
 MIB = 1 << 20
@@ -113,21 +114,8 @@ def _replace(raw: bytes, name: str, member: _Member) -> bytes:
 
 
 # --------------------------------------------------------------------------- valid sources
-def _model(d: int = 4) -> HierarchyModel:
-    root = TreeNode(0, -1, 0, 10.0, np.full(d, 0.5), (1, 2),
-                    Router(np.array([[1.0, 1, 0, 0], [0, 0, 1, 1]]), np.zeros(2), absolute=True))
-    left = TreeNode(1, 0, 1, 5.0, np.array([0.9, 0.9, 0.0, 0.0]))
-    right = TreeNode(2, 0, 1, 5.0, np.array([0.0, 0.0, 0.5, 0.5]), (3, 4),
-                     map_router(np.array([[0.1, 0.1, 0.9, 0.1], [0.1, 0.1, 0.1, 0.9]]),
-                                np.array([0.5, 0.5]), "bernoulli"))
-    a = TreeNode(3, 2, 2, 2.5, np.array([0.0, 0.0, 0.9, 0.1]))
-    b = TreeNode(4, 2, 2, 2.5, np.array([0.0, 0.0, 0.1, 0.9]))
-    return HierarchyModel([root, left, right, a, b], n_features=d, feature_names=list("abcd"),
-                          version=3)
-
-
 def _model_archive(edit: Callable[[dict[str, Any], dict[str, np.ndarray]], None]) -> bytes:
-    manifest, arrays = _model().to_archive()
+    manifest, arrays = small_tree().to_archive()
     edit(manifest, arrays)
     return archive_bytes(manifest, arrays)
 
@@ -211,7 +199,7 @@ def _bomb_lying_small(stream: tuple[bytes, int], *, crc_of: str) -> bytes:
     header = _npy_header("<f8", (1 << 27,))
     size = len(header) + 128
     crc = zlib.crc32(bytes(128), zlib.crc32(header)) if crc_of == "declared" else crc_all
-    return _replace(_model().to_bytes(), "means.npy", _Member("means.npy", data, size, crc))
+    return _replace(small_tree().to_bytes(), "means.npy", _Member("means.npy", data, size, crc))
 
 
 def _bounded(action: Callable[[], Any], *, seconds: float = 10.0) -> SnapshotFormatError:
@@ -245,7 +233,7 @@ def test_honest_sizes_beyond_the_limits_are_refused_before_inflating(
 ) -> None:
     data, crc = zero_stream
     header = _npy_header("<f8", (1 << 27,))
-    honest = _replace(_model().to_bytes(), "means.npy",
+    honest = _replace(small_tree().to_bytes(), "means.npy",
                       _Member("means.npy", data, len(header) + (1 << 30), crc))
     err = _bounded(lambda: read_archive(honest, max_bytes=64 * MIB))
     assert "limit" in str(err)
@@ -263,8 +251,8 @@ def test_honest_sizes_beyond_the_limits_are_refused_before_inflating(
 
 
 def test_lying_central_directory_is_a_format_error() -> None:
-    good = _model().to_bytes()
-    means = _npy(_model().to_archive()[1]["means"])
+    good = small_tree().to_bytes()
+    means = _npy(small_tree().to_archive()[1]["means"])
     cases = {
         # declares more bytes than the stream holds (header consistent with the claim)
         "longer": _member("means.npy", means, size=len(means) + 8 * 1000),
@@ -334,7 +322,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
 
 
 def test_corrupt_and_truncated_files_are_format_errors() -> None:
-    good = _model().to_bytes()
+    good = small_tree().to_bytes()
     with zipfile.ZipFile(io.BytesIO(good)) as zf:
         info = zf.getinfo("means.npy")
     start = info.header_offset + 30 + len(info.filename)  # first byte of the deflate stream
@@ -423,7 +411,7 @@ def test_model_archive_trees_are_validated() -> None:
 
 
 def test_model_constructor_refuses_cycles_and_inconsistent_depths() -> None:
-    nodes = dict(_model().nodes)
+    nodes = dict(small_tree().nodes)
     router = nodes[2].router
     cycle = [*nodes.values(), TreeNode(7, 8, 1, 1.0, np.zeros(4), (8, 9), router),
              TreeNode(8, 7, 1, 1.0, np.zeros(4), (7, 10), router),
@@ -549,8 +537,8 @@ def _cli(args: list[str], tmp_path: Path) -> tuple[int, str, str, int]:
 def hostile_files(hostile_engines: dict[str, Path], zero_stream: tuple[bytes, int],
                   tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("hostile")
-    good = _model().to_bytes()
-    means = _npy(_model().to_archive()[1]["means"])
+    good = small_tree().to_bytes()
+    means = _npy(small_tree().to_archive()[1]["means"])
     with zipfile.ZipFile(io.BytesIO(good)) as zf:
         info = zf.getinfo("means.npy")
     start = info.header_offset + 30 + len(info.filename)
@@ -585,7 +573,7 @@ def baseline_peak(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
     """Peak RSS of ``inspect`` / ``report`` on a valid model archive."""
     tmp = tmp_path_factory.mktemp("baseline")
     path = tmp / "model.smm"
-    path.write_bytes(_model().to_bytes())
+    path.write_bytes(small_tree().to_bytes())
     peaks = {}
     for command in ("inspect", "report"):
         extra = ["-o", str(tmp / "out.html")] if command == "report" else []
@@ -643,7 +631,7 @@ def test_cli_limit_option_refuses_a_large_snapshot(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
 def test_unreadable_file_is_one_error_line(tmp_path: Path) -> None:
     path = tmp_path / "model.smm"
-    path.write_bytes(_model().to_bytes())
+    path.write_bytes(small_tree().to_bytes())
     path.chmod(0)
     code, out, err, _ = _cli(["inspect", str(path)], tmp_path)
     _assert_one_error_line(code, out, err)
