@@ -7,28 +7,24 @@ third-order slices H_r = E† M3_r E†ᵀ.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import scipy.linalg
-import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from streammom._validation import as_csr, as_weights
+from streammom.estimators import DENSE_EIGH_MAX_DIM, Family, implicit_moments
 from streammom.projection import project_simplex
 
 __all__ = [
-    "ImplicitMoments",
     "KnownSpectrumOperator",
     "NonPositiveEigenvalueError",
     "Rotation2",
     "SpectralDecomposition",
     "Whitening",
     "asvtd",
-    "explicit_moments",
-    "implicit_moments",
     "jacobi_joint_diagonalize",
     "sidiwo_objective",
     "sidiwo_rotation",
@@ -36,8 +32,6 @@ __all__ = [
     "top_eigenpairs",
     "whiten",
 ]
-
-_DENSE_EIGH_MAX_DIM = 400
 
 
 class NonPositiveEigenvalueError(ValueError):
@@ -121,7 +115,7 @@ def top_eigenpairs(
         raise ValueError(f"k must be in [1, {d}], got {k}")
     if isinstance(M2, KnownSpectrumOperator) and k <= M2.eigenvalues.size:
         vals, vecs = M2.eigenvalues[:k].copy(), M2.eigenvectors[:, :k].copy()
-    elif isinstance(M2, np.ndarray) and (d <= _DENSE_EIGH_MAX_DIM or k >= d - 1):
+    elif isinstance(M2, np.ndarray) and (d <= DENSE_EIGH_MAX_DIM or k >= d - 1):
         vals, vecs = scipy.linalg.eigh(M2, subset_by_index=[d - k, d - 1])
     else:
         v0 = np.random.default_rng(random_state).uniform(0.5, 1.5, size=d)
@@ -249,44 +243,8 @@ def sidiwo_rotation(h: np.ndarray, f: np.ndarray) -> Rotation2:
 # SVTD / ASVTD (thesis Ch. 2 Alg. 1, Ch. 4 Alg. 2) and Jacobi joint diagonalisation (k > 2)
 # ---------------------------------------------------------------------------------------------
 
-Family = Literal["bernoulli", "multinomial"]
 RotationMethod = Literal["slice", "jacobi"]
 SliceCriterion = Literal["relative", "absolute"]
-
-_FAMILIES = ("bernoulli", "multinomial")
-_MAX_EXPLICIT_DIM = 200  # d³ doubles = 64 MB at d = 200
-_CHUNK_FLOATS = 1 << 22  # rows per chunk × width of the per-row features (≈ 32 MB of float64)
-
-
-def _check_family(family: str) -> str:
-    if family not in _FAMILIES:
-        raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {family!r}")
-    return family
-
-
-def _rowwise_outer(A: np.ndarray) -> np.ndarray:
-    """Row-wise outer products: (n, k) → (n, k·k) with row i = vec(a_i a_iᵀ)."""
-    n, k = A.shape
-    return (A[:, :, None] * A[:, None, :]).reshape(n, k * k)
-
-
-def _chunks(n: int, width: int) -> Iterator[slice]:
-    step = max(1, _CHUNK_FLOATS // max(width, 1))
-    for start in range(0, n, step):
-        yield slice(start, min(n, start + step))
-
-
-def _xt_weighted(
-    X: sp.csr_array, w: np.ndarray, rows: Callable[[slice], np.ndarray], width: int
-) -> np.ndarray:
-    """Xᵀ diag(w) F = Σ_i w_i x_i ⊗ F_i, with F built block by block by ``rows`` (bounded memory).
-
-    Cost O(nnz(X) · width); no Python loop over samples or features.
-    """
-    out = np.zeros((X.shape[1], width))
-    for sl in _chunks(X.shape[0], width):
-        out += X[sl].T @ (w[sl, None] * rows(sl))
-    return out
 
 
 @dataclass(frozen=True)
@@ -311,163 +269,6 @@ class SpectralDecomposition:
     def means(self) -> np.ndarray:
         """Centres as rows, (k, d) — the layout of the mixture and model code."""
         return self.centers.T
-
-
-@dataclass(frozen=True)
-class ImplicitMoments:
-    """M1, M2 and the whitened M3 slices of a data set, without forming M3 (nor M2 for large d).
-
-    ``family="bernoulli"``: raw (data-centric) moments, thesis Thm 4.3.1 / Alg. 2 —
-    M1 = Σ w_i x_i / W, M2 = Σ w_i x_i x_iᵀ / W, M3 = Σ w_i x_i⊗x_i⊗x_i / W.
-    ``family="multinomial"``: the unbiased single-topic estimators of thesis Thm 3.2.1 (digest
-    §4.2) with T1 = Σ w_i t_i, T2 = Σ w_i t_i(t_i−1), T3 = Σ w_i t_i(t_i−1)(t_i−2):
-    M1 = Xᵀw / T1, M2 = (Xᵀ diag(w) X − diag(Xᵀw)) / T2, M3 = Σ w_i F(x_i) / T3.
-    """
-
-    X: sp.csr_array
-    sample_weight: np.ndarray
-    family: str
-    col_sums: np.ndarray  # s = Xᵀ w
-    n1: float  # normaliser of M1 (W or T1)
-    n2: float  # normaliser of M2 (W or T2)
-    n3: float  # normaliser of M3 (W or T3)
-
-    @property
-    def n_features(self) -> int:
-        return int(self.X.shape[1])
-
-    @property
-    def m1(self) -> np.ndarray:
-        return self.col_sums / self.n1
-
-    def m2_dense(self) -> np.ndarray:
-        """M2 as a dense d × d array (small d only)."""
-        X, w = self.X, self.sample_weight
-        C = (X.T @ (X.multiply(w[:, None]).tocsr())).toarray()
-        if self.family == "multinomial":
-            C[np.diag_indices_from(C)] -= self.col_sums
-        return C / self.n2
-
-    def m2_operator(self) -> spla.LinearOperator:
-        """M2 as a matrix-free operator: v ↦ (Xᵀ(w ∘ Xv) [− s ∘ v]) / n2, O(nnz) per product."""
-        X, w, s, multinomial = self.X, self.sample_weight, self.col_sums, self.family != "bernoulli"
-
-        def matvec(v: np.ndarray) -> np.ndarray:
-            v = np.asarray(v, dtype=float).reshape(X.shape[1], -1)
-            out = X.T @ (w[:, None] * (X @ v))
-            if multinomial:
-                out = out - s[:, None] * v
-            return out / self.n2
-
-        d = X.shape[1]
-        return spla.LinearOperator((d, d), matvec=matvec, matmat=matvec, dtype=float)
-
-    def m2(self) -> np.ndarray | spla.LinearOperator:
-        """Dense M2 when d is small enough for LAPACK ``eigh``, else the matrix-free operator."""
-        if self.n_features <= _DENSE_EIGH_MAX_DIM:
-            return self.m2_dense()
-        return self.m2_operator()
-
-    def whitened_slices(self, pinv: np.ndarray) -> np.ndarray:
-        """All H_r = W M3_r Wᵀ at once as a (d, k, k) array, W = E† (k × d). O(nnz · k²).
-
-        Raw moments (thesis Alg. 2, line 7): H_r = Zᵀ diag(w ∘ X[:, r]) Z / W with Z = X Wᵀ, i.e.
-        Xᵀ diag(w) times the (n, k²) row-wise outer products of Z.
-        Single topic (digest §4.5, with C = Xᵀ diag(w) X never formed, w_r = W[:, r]):
-        H_r = [Zᵀ diag(w ∘ X[:, r]) Z − W diag(C[:, r]) Wᵀ − w_r (W C[:, r])ᵀ − (W C[:, r]) w_rᵀ
-        + 2 s_r w_r w_rᵀ] / T3, where W diag(C[:, r]) Wᵀ = row r of C·vec(w_h w_hᵀ) and
-        C·F = Xᵀ diag(w) (X F).
-        """
-        X, w = self.X, self.sample_weight
-        k = pinv.shape[0]
-        Wt = np.ascontiguousarray(pinv.T)  # (d, k), row h = w_h
-        Z = X @ Wt  # (n, k)
-        A = _xt_weighted(X, w, lambda sl: _rowwise_outer(Z[sl]), k * k)
-        if self.family == "multinomial":
-            Vq = _rowwise_outer(Wt)  # (d, k²)
-            A -= _xt_weighted(X, w, lambda sl: X[sl] @ Vq, k * k)
-            B = X.T @ (w[:, None] * Z)  # (d, k): row r = W C[:, r]
-            cross = Wt[:, :, None] * B[:, None, :]
-            A = A.reshape(-1, k, k) - cross - cross.transpose(0, 2, 1)
-            A += 2.0 * self.col_sums[:, None, None] * (Wt[:, :, None] * Wt[:, None, :])
-        return A.reshape(-1, k, k) / self.n3
-
-    def rows(self, pinv: np.ndarray, rotation: np.ndarray) -> np.ndarray:
-        """All rows of M, M[r, j] = (Oᵀ H_r O)_jj, without forming the slices. O(nnz · k).
-
-        With V = Oᵀ W and Y = Z O = X Vᵀ: raw moments give M = Xᵀ diag(w) (Y ∘ Y) / W; the
-        single-topic estimator gives (digest §4.5, vectorised row extraction)
-        M[r, j] = [(Xᵀ(Y∘Y))_{rj} − (C (V∘V)ᵀ)_{rj} − 2 V_{jr} (C Vᵀ)_{rj} + 2 s_r V_{jr}²] / T3.
-        """
-        X, w = self.X, self.sample_weight
-        Vt = np.ascontiguousarray(pinv.T @ rotation)  # (d, k) = Vᵀ
-        Y = X @ Vt  # (n, k)
-        out = X.T @ (w[:, None] * Y * Y)
-        if self.family == "multinomial":
-            out -= X.T @ (w[:, None] * (X @ (Vt * Vt)))
-            out -= 2.0 * Vt * (X.T @ (w[:, None] * Y))
-            out += 2.0 * self.col_sums[:, None] * Vt * Vt
-        return np.asarray(out) / self.n3
-
-
-def implicit_moments(
-    X: Any,
-    family: Family = "bernoulli",
-    sample_weight: Any = None,
-) -> ImplicitMoments:
-    """Validate the data and compute the normalisers of the family's moment estimators.
-
-    Documents with t < 2 (t < 3) add nothing to M2 (M3): t(t−1), t(t−1)(t−2) are taken with
-    t−1, t−2 clamped at 0 (digest §4.2, pitfall 12). Raises ``ValueError`` if a normaliser is 0.
-    """
-    _check_family(family)
-    Xc = as_csr(X)
-    w = as_weights(sample_weight, Xc.shape[0])
-    s = np.asarray(Xc.T @ w).ravel()
-    if family == "bernoulli":
-        total = float(w.sum())
-        n1 = n2 = n3 = total
-    else:
-        t = np.asarray(Xc.sum(axis=1)).ravel()
-        t1 = np.maximum(t - 1.0, 0.0)
-        t2 = np.maximum(t - 2.0, 0.0)
-        n1, n2, n3 = float(w @ t), float(w @ (t * t1)), float(w @ (t * t1 * t2))
-    if min(n1, n2, n3) <= 0:
-        need = "positive sample weights" if family == "bernoulli" else "documents of ≥ 3 tokens"
-        raise ValueError(f"cannot estimate third-order moments: need {need}")
-    return ImplicitMoments(Xc, w, family, s, n1, n2, n3)
-
-
-def explicit_moments(
-    X: Any,
-    family: Family = "bernoulli",
-    sample_weight: Any = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Dense (M1, M2, M3) for small d (≤ 200): the explicit-moments path of SVTD (thesis Alg. 1).
-
-    Same estimators as :class:`ImplicitMoments`. The single-topic M3 subtracts the repeated-
-    index terms of F(x) = x⊗x⊗x − Σ_h x_h (e_h⊗e_h⊗x + e_h⊗x⊗e_h + x⊗e_h⊗e_h)
-    + 2 Σ_h x_h e_h⊗e_h⊗e_h (digest §4.2). Cost O(nnz · d²) time and O(d³) memory.
-    """
-    mom = implicit_moments(X, family, sample_weight)
-    d = mom.n_features
-    if d > _MAX_EXPLICIT_DIM:
-        raise ValueError(
-            f"explicit third-order moments need d ≤ {_MAX_EXPLICIT_DIM} (d³ memory), got "
-            f"d={d}; use the implicit path (asvtd / method='asvtd')"
-        )
-    X, w = mom.X, mom.sample_weight
-    M3 = _xt_weighted(X, w, lambda sl: _rowwise_outer(X[sl].toarray()), d * d).reshape(d, d, d)
-    C = (X.T @ (X.multiply(w[:, None]).tocsr())).toarray()
-    M2 = C.copy()
-    if family == "multinomial":
-        idx = np.arange(d)
-        M3[idx, idx, :] -= C
-        M3[idx, :, idx] -= C
-        M3[:, idx, idx] -= C
-        M3[idx, idx, idx] += 2.0 * mom.col_sums
-        M2[idx, idx] -= mom.col_sums
-    return mom.m1, M2 / mom.n2, M3 / mom.n3
 
 
 def jacobi_joint_diagonalize(
@@ -645,8 +446,8 @@ def asvtd(
     """ASVTD (thesis Ch. 4, Alg. 2): SVTD straight from the data, never forming M3.
 
     Z = X E†ᵀ; all whitened slices H_i at once (O(nnz · k²),
-    :meth:`ImplicitMoments.whitened_slices`); r by the largest minimum eigen-gap
-    (``slice_criterion``, see :func:`_best_slice`); rows of M by the vectorised extraction
+    :meth:`~streammom.estimators.ImplicitMoments.whitened_slices`); r by the largest minimum
+    eigen-gap (``slice_criterion``, see :func:`_best_slice`); rows of M by the vectorised extraction
     (O(nnz · k)); ω by least squares projected onto the simplex. ``family="bernoulli"`` uses
     the raw moments (biased on the diagonals by design, thesis Thm 4.3.1 — refine with EM);
     ``family="multinomial"`` the unbiased single-topic estimators (thesis Thm 3.2.1, digest

@@ -48,6 +48,7 @@ from streammom.eigen import NodeEigensolver, ScratchBuffer
 from streammom.engine_archive import ENGINE_SCHEMA_VERSION, engine_from_archive, engine_to_archive
 from streammom.engine_input import check_timestamps, looks_like_events, one_event
 from streammom.engine_params import ENGINE_PARAMETERS
+from streammom.estimators import Family
 from streammom.model import (
     HierarchyModel,
     Routing,
@@ -178,7 +179,7 @@ class StreamingHierarchy(Estimator):
         reservoir_size: int = 1024,
         basis_dim: int = 8,
         method: Literal["dsidiwo", "sidiwo"] = "dsidiwo",
-        family: Literal["bernoulli", "multinomial"] = "bernoulli",
+        family: Family = "bernoulli",
         random_state: int = 0,
         refit_min_new_fraction: float = 0.1,
         refit_max_new_fraction: float = 0.25,

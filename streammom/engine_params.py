@@ -9,6 +9,7 @@ docstring (design §3–§5).
 
 from __future__ import annotations
 
+from streammom.estimators import FAMILIES
 from streammom.params import Interval, Options, Param
 
 __all__ = ["ENGINE_PARAMETERS"]
@@ -39,7 +40,7 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
           "dimension m of the tracked third-order basis (m(m+1)(m+2)/6 sums a node)"),
     Param("method", "dsidiwo", (Options(("dsidiwo", "sidiwo")),),
           "split rule: D-SIDIWO discriminators or SIDIWO pseudo-centres"),
-    Param("family", "bernoulli", (Options(("bernoulli", "multinomial")),),
+    Param("family", "bernoulli", (Options(FAMILIES),),
           "bernoulli: code sets (raw moments); multinomial: token counts (single-topic "
           "estimators)"),
     Param("random_state", 0, (Interval(int, 0, None),),

@@ -40,10 +40,10 @@ import scipy.sparse as sp
 from streammom._validation import as_csr, as_weights, check_random_state_int
 from streammom.base import Estimator
 from streammom.decompose import NonPositiveEigenvalueError
-from streammom.mixture import check_family_data
+from streammom.estimators import FAMILIES, Family, check_family_data, moments_from_data
 from streammom.model import HierarchyModel, Router, TreeNode
 from streammom.params import FLAG, Interval, Options, Param
-from streammom.split import Split, compute_split, moments_from_data, refine_split_em
+from streammom.split import Split, compute_split, refine_split_em
 
 __all__ = ["HierarchicalMoM", "NodeInfo"]
 
@@ -156,7 +156,7 @@ class HierarchicalMoM(Estimator):
     _parameters = (
         Param("max_depth", 3, (Interval(int, 0, 32),), "split levels below the root"),
         Param("method", "dsidiwo", (Options(("dsidiwo", "sidiwo")),), "split rule"),
-        Param("family", "bernoulli", (Options(("bernoulli", "multinomial")),),
+        Param("family", "bernoulli", (Options(FAMILIES),),
               "code sets or token counts"),
         Param("em", False, (FLAG,), "refine every split with a 2-component EM"),
         Param("min_node_size", 10, (Interval(int, 2, None),), "smaller nodes are not split"),
@@ -175,7 +175,7 @@ class HierarchicalMoM(Estimator):
         self,
         max_depth: int = 3,
         method: Literal["dsidiwo", "sidiwo"] = "dsidiwo",
-        family: Literal["bernoulli", "multinomial"] = "bernoulli",
+        family: Family = "bernoulli",
         em: bool = False,
         min_node_size: int = 10,
         min_rotation_gap: float = 0.0,

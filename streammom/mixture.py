@@ -22,26 +22,24 @@ is ~0 keeps its previous centre. Stopping: ‖M_new − M_old‖_F < tol (thesis
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
 from streammom._validation import as_csr, as_weights
+from streammom.estimators import Family, check_family, check_family_data
 from streammom.projection import floor_simplex
 
 __all__ = [
     "MixtureEMResult",
-    "check_family_data",
     "fit_mixture_em",
     "log_likelihood_matrix",
     "map_assign",
     "prepare_parameters",
     "responsibilities",
 ]
-
-Family = Literal["bernoulli", "multinomial"]
 
 MU_EPS = 1e-6  # Bernoulli clamp [ε, 1 − ε] and multinomial floor (thesis reference code)
 _EMPTY_REL = 1e-10  # a component with Σ r < this × Σ w is "empty"
@@ -63,18 +61,6 @@ class MixtureEMResult:
     history: tuple[float, ...] = ()
 
 
-def _check_family(family: str) -> None:
-    if family not in ("bernoulli", "multinomial"):
-        raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {family!r}")
-
-
-def check_family_data(X: sp.csr_array, family: str) -> None:
-    """Bernoulli mixtures model binary data: reject entries other than 0 and 1."""
-    _check_family(family)
-    if family == "bernoulli" and X.data.size and not np.isin(X.data, (0.0, 1.0)).all():
-        raise ValueError("family='bernoulli' needs binary X (entries 0 or 1)")
-
-
 def _mu_floor(d: int) -> float:
     return min(MU_EPS, 0.5 / d)
 
@@ -88,7 +74,7 @@ def prepare_parameters(
     renormalised (exactly, :func:`floor_simplex`); weights must be ≥ 0 with a positive sum and
     are renormalised.
     """
-    _check_family(family)
+    check_family(family)
     mu = np.array(means, dtype=float, ndmin=2)
     om = np.asarray(weights, dtype=float).ravel()
     k, d = mu.shape
@@ -151,7 +137,7 @@ def log_likelihood_matrix(X: Any, means: Any, weights: Any, family: Family) -> n
     >>> round(float(L[0, 0]), 6)  # 2 log 0.5
     -1.386294
     """
-    _check_family(family)
+    check_family(family)
     mu = np.array(means, dtype=float, ndmin=2)
     Xc = as_csr(X, mu.shape[1])
     check_family_data(Xc, family)
@@ -209,7 +195,7 @@ def fit_mixture_em(
     docstring) until ‖M_t − M_{t−1}‖_F < ``tol`` (converged) or ``max_iter`` M-steps. X is
     never densified. Deterministic.
     """
-    _check_family(family)
+    check_family(family)
     if tol < 0 or max_iter < 0:
         raise ValueError("tol and max_iter must be non-negative")
     mu0 = np.array(means_init, dtype=float, ndmin=2)

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from streammom import _kernels
 from streammom._validation import as_csr
 from streammom.describe import describe_model, model_html
+from streammom.estimators import FAMILIES, Family, check_family
 from streammom.relevance import FeatureScore, top_features
 from streammom.serialization import (
     SnapshotFormatError,
@@ -62,7 +63,7 @@ class Router:
 def map_router(
     centres: np.ndarray,
     weights: np.ndarray,
-    family: Literal["bernoulli", "multinomial"],
+    family: Family,
     *,
     floor: float = _MU_FLOOR,
 ) -> Router:
@@ -84,7 +85,7 @@ def map_router(
         w = np.log(mu)
         b = np.log(omega)
     else:
-        raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {family!r}")
+        check_family(family)
     return Router(weights=w, bias=b, absolute=False)
 
 
@@ -154,7 +155,7 @@ class HierarchyModel:
         nodes: Iterable[TreeNode],
         *,
         n_features: int,
-        family: Literal["bernoulli", "multinomial"] = "bernoulli",
+        family: Family = "bernoulli",
         method: str = "dsidiwo",
         version: int = 0,
         feature_names: Sequence[str] | None = None,
@@ -386,7 +387,7 @@ class HierarchyModel:
             if names is not None and not (isinstance(names, list)
                                           and all(isinstance(n, str) for n in names)):
                 raise SnapshotFormatError("malformed hierarchy model: feature_names")
-            if manifest["family"] not in ("bernoulli", "multinomial"):
+            if manifest["family"] not in FAMILIES:
                 raise SnapshotFormatError(
                     f"malformed hierarchy model: family {manifest['family']!r}"
                 )

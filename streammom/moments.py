@@ -26,14 +26,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from streammom import _kernels
 from streammom._validation import check_csr_structure
-from streammom.split import NodeMoments, single_topic_third_corrections
+from streammom.estimators import (
+    Family,
+    NodeMoments,
+    check_family,
+    require_positive,
+    single_topic_normalisers,
+    single_topic_third_corrections,
+)
 
 __all__ = [
     "MomentAccumulator",
@@ -46,10 +53,6 @@ __all__ = [
     "row_sums",
     "unpack_symmetric",
 ]
-
-Family = Literal["bernoulli", "multinomial"]
-_FAMILIES = ("bernoulli", "multinomial")
-
 
 def packed_size(d: int) -> int:
     """Number of entries of the packed upper triangle of a d×d symmetric matrix."""
@@ -235,8 +238,7 @@ class MomentAccumulator:
         basis: np.ndarray | None = None,
         second_order: bool = True,
     ) -> None:
-        if family not in _FAMILIES:
-            raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {family!r}")
+        check_family(family)
         d = int(n_features)
         if d < 1:
             raise ValueError("n_features must be positive")
@@ -337,11 +339,10 @@ class MomentAccumulator:
         self.weight += float(ws.sum())
         if self.family == "multinomial":
             t = row_sums(X[start:stop]) if lengths is None else lengths[start:stop]
-            t1 = np.maximum(t - 1.0, 0.0)
-            t2 = np.maximum(t - 2.0, 0.0)
-            self.t1 += float(ws @ t)
-            self.t2 += float(ws @ (t * t1))
-            self.t3 += float(ws @ (t * t1 * t2))
+            n1, n2, n3 = single_topic_normalisers(ws, t)
+            self.t1 += n1
+            self.t2 += n2
+            self.t3 += n3
         d = self.n_features
         if third and self.tracks_third:
             P, T = self.basis, self.T
@@ -465,13 +466,10 @@ class MomentAccumulator:
     def second_moment(self, C: np.ndarray | None = None) -> np.ndarray:
         """Dense M2: C / W (raw) or (C − diag s) / T2 (single topic, thesis Thm 3.2.1)."""
         M = self.second_matrix(C)
+        require_positive(self.family, self.weight if self.family == "bernoulli" else self.t2, 2)
         if self.family == "bernoulli":
-            if self.weight <= 0:
-                raise ValueError("a node with zero weight has no moments")
             M /= self.weight
         else:
-            if self.t2 <= 0:
-                raise ValueError("single-topic moments need documents with at least 2 tokens")
             M[np.diag_indices_from(M)] -= self.s
             M /= self.t2
         return M
@@ -486,7 +484,7 @@ class MomentAccumulator:
         """Packed whitened slices (d, 3) [H_00, H_01, H_11] for a whitening E† (2, d).
 
         Raw: H_r = B T_r Bᵀ / W with B = E† P. Single topic: (B T_r Bᵀ + corrections) / T3 with
-        the corrections of :func:`~streammom.split.single_topic_third_corrections`, which need
+        the corrections of :func:`~streammom.estimators.single_topic_third_corrections`, which need
         products with C: ``c_times(B)`` if given, else the dense C (``second``, or unpacked).
         Exact when the rows of E† lie in span(P).
         """
@@ -501,12 +499,9 @@ class MomentAccumulator:
         for col, (p, q) in enumerate(((0, 0), (0, 1), (1, 1))):
             K[:, col] = B[p, a] * B[q, b] + off * B[p, b] * B[q, a]
         raw = self.T @ K
+        require_positive(self.family, self.weight if self.family == "bernoulli" else self.t3, 3)
         if self.family == "bernoulli":
-            if self.weight <= 0:
-                raise ValueError("a node with zero weight has no moments")
             return raw / self.weight
-        if self.t3 <= 0:
-            raise ValueError("single-topic moments need documents with at least 3 tokens")
         if c_times is None:
             Cd = self.second_matrix() if second is None else second
 
@@ -516,7 +511,7 @@ class MomentAccumulator:
         return (raw + single_topic_third_corrections(c_times, self.s, E)) / self.t3
 
     def node_moments(self, C: np.ndarray | None = None, *, m2: Any = None) -> NodeMoments:
-        """:class:`~streammom.split.NodeMoments` from the sums (``C``: packed override).
+        """:class:`~streammom.estimators.NodeMoments` from the sums (``C``: packed override).
 
         ``m2`` may pass a precomputed M2 (dense or operator) so it is not unpacked again.
         """

@@ -40,9 +40,10 @@ import scipy.sparse.linalg as spla
 
 from streammom.decompose import KnownSpectrumOperator
 from streammom.eigen import NodeEigensolver, complete_basis
+from streammom.estimators import NodeMoments
 from streammom.model import Router
 from streammom.moments import SymmetricMatrix
-from streammom.split import NodeMoments, Split, compute_split
+from streammom.split import Split, compute_split
 from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
 
 if TYPE_CHECKING:

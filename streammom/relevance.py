@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
+
+from streammom.estimators import Family, check_family
 
 __all__ = ["FeatureScore", "relevance", "top_features"]
 
@@ -48,8 +49,7 @@ def _as_probabilities(mean: np.ndarray, family: str) -> np.ndarray:
     if family == "multinomial":
         total = p.sum()
         return p / total if total > 0 else p
-    if family != "bernoulli":
-        raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {family!r}")
+    check_family(family)
     return np.clip(p, 0.0, 1.0)
 
 
@@ -74,7 +74,7 @@ def top_features(
     *,
     n: int = 10,
     lam: float = 0.7,
-    family: Literal["bernoulli", "multinomial"] = "bernoulli",
+    family: Family = "bernoulli",
     feature_names: Sequence[str] | None = None,
 ) -> list[FeatureScore]:
     """The ``n`` most relevant features of a cluster (node or mixture component).

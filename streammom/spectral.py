@@ -29,12 +29,11 @@ from streammom.base import Estimator
 from streammom.decompose import (
     SpectralDecomposition,
     asvtd,
-    explicit_moments,
     svtd,
 )
+from streammom.estimators import FAMILIES, check_family_data, explicit_moments
 from streammom.mixture import (
     MixtureEMResult,
-    check_family_data,
     fit_mixture_em,
     log_likelihood_matrix,
     prepare_parameters,
@@ -45,7 +44,6 @@ from streammom.projection import clip_unit, floor_simplex, project_simplex
 __all__ = ["SpectralMixture"]
 
 _METHODS = ("asvtd", "svtd", "jacobi")
-_FAMILIES = ("bernoulli", "multinomial")
 _EPS = 1e-6
 _WEIGHT_FLOOR = 1e-6
 
@@ -115,7 +113,7 @@ class SpectralMixture(Estimator):
 
     _parameters = (
         Param("n_components", 2, (Interval(int, 1, None),), "mixture components k (<= d)"),
-        Param("family", "bernoulli", (Options(_FAMILIES),), "bernoulli or multinomial data"),
+        Param("family", "bernoulli", (Options(FAMILIES),), "bernoulli or multinomial data"),
         Param("method", "asvtd", (Options(_METHODS),), "how the moments are decomposed"),
         Param("em", True, (FLAG,), "refine the moment estimate with EM"),
         Param("tol", 1e-4, (Interval(float, 0.0, None),), "EM stops when the means move less"),

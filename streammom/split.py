@@ -21,120 +21,27 @@ and by the streaming engine (moments from running sums in a tracked basis). Form
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 
 from streammom.decompose import Rotation2, Whitening, sidiwo_rotation, top_eigenpairs, whiten
+from streammom.estimators import Family, NodeMoments
+from streammom.mixture import fit_mixture_em
 from streammom.model import Router, map_router
+from streammom.projection import project_simplex
 
 __all__ = [
-    "Family",
     "Method",
-    "NodeMoments",
     "Split",
     "compute_split",
-    "moments_from_data",
     "refine_split_em",
-    "single_topic_third_corrections",
 ]
 
-Family = Literal["bernoulli", "multinomial"]
 Method = Literal["dsidiwo", "sidiwo"]
 _CENTRE_FLOOR = 1e-6
-
-#: Given E† (2, d), return the packed whitened third-order slices, shape (d, 3).
-ThirdOrder = Callable[[np.ndarray], np.ndarray]
-
-
-@dataclass(frozen=True)
-class NodeMoments:
-    """What a split needs from a node, however the sums were accumulated.
-
-    ``m2`` is the M2 estimate (dense or a linear operator), ``m1`` the M1 estimate and
-    ``third(E†)`` returns the packed whitened slices (d, 3), already normalised.
-    """
-
-    m2: np.ndarray | spla.LinearOperator
-    m1: np.ndarray
-    third: ThirdOrder
-
-
-def _packed_outer(Z: np.ndarray) -> np.ndarray:
-    """Row-wise packed outer products [z0², z0·z1, z1²] of an (n, 2) array."""
-    return np.column_stack((Z[:, 0] * Z[:, 0], Z[:, 0] * Z[:, 1], Z[:, 1] * Z[:, 1]))
-
-
-def single_topic_third_corrections(
-    c_times: Callable[[np.ndarray], np.ndarray], s: np.ndarray, Epinv: np.ndarray
-) -> np.ndarray:
-    """The repeated-index corrections of the single-topic M3 estimator, whitened and packed.
-
-    Returns (d, 3): −E† diag(C[:, r]) E†ᵀ − w_r (E† C[:, r])ᵀ − (E† C[:, r]) w_rᵀ + 2 s_r w_r w_rᵀ
-    for every r (thesis digest §4.5), where ``c_times(B)`` computes C @ B for a (d, m) array B.
-    Cost: two products with C; never forms M3.
-    """
-    W0, W1 = Epinv[0], Epinv[1]
-    Q = np.column_stack((W0 * W0, W0 * W1, W1 * W1))
-    CQ = c_times(Q)  # (d, 3): Σ_h C[r, h] Q[h]
-    V = c_times(Epinv.T)  # (d, 2): row r = E† C[:, r]
-    cross = np.column_stack((2 * W0 * V[:, 0], W0 * V[:, 1] + W1 * V[:, 0], 2 * W1 * V[:, 1]))
-    return -CQ - cross + 2.0 * s[:, None] * Q
-
-
-def moments_from_data(
-    X: sp.csr_array, weights: np.ndarray | None = None, *, family: Family = "bernoulli"
-) -> NodeMoments:
-    """Implicit node moments straight from rows (ASVTD-style: M2 and M3 are never formed).
-
-    M2 is a linear operator v ↦ Xᵀ diag(w) X v / W (raw) or (Xᵀ diag(w) X v − s∘v) / T2
-    (single topic, thesis Thm 3.2.1); the third-order callback costs O(nnz · 3).
-    """
-    n, d = X.shape
-    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
-    Xt = X.T.tocsr()
-    s = Xt @ w
-
-    def c_times(B: np.ndarray) -> np.ndarray:
-        return Xt @ (w[:, None] * (X @ B))
-
-    if family == "bernoulli":
-        total = float(w.sum())
-        if total <= 0:
-            raise ValueError("a node with zero weight has no moments")
-        m1 = s / total
-
-        def matvec(v: np.ndarray) -> np.ndarray:
-            return c_times(np.asarray(v).reshape(d, -1)).reshape(np.shape(v)) / total
-
-        def third(Epinv: np.ndarray) -> np.ndarray:
-            return Xt @ (w[:, None] * _packed_outer(X @ Epinv.T)) / total
-
-    elif family == "multinomial":
-        t = np.asarray(X.sum(axis=1)).ravel()
-        T1 = float(w @ t)
-        T2 = float(w @ (t * np.maximum(t - 1, 0)))
-        T3 = float(w @ (t * np.maximum(t - 1, 0) * np.maximum(t - 2, 0)))
-        if T3 <= 0:
-            raise ValueError("single-topic moments need documents with at least 3 tokens")
-        m1 = s / T1
-
-        def matvec(v: np.ndarray) -> np.ndarray:
-            v2 = np.asarray(v).reshape(d, -1)
-            return ((c_times(v2) - s[:, None] * v2) / T2).reshape(np.shape(v))
-
-        def third(Epinv: np.ndarray) -> np.ndarray:
-            raw = Xt @ (w[:, None] * _packed_outer(X @ Epinv.T))
-            return (raw + single_topic_third_corrections(c_times, s, Epinv)) / T3
-
-    else:
-        raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {family!r}")
-    op = spla.LinearOperator((d, d), matvec=matvec, matmat=matvec, dtype=np.float64)
-    return NodeMoments(m2=op, m1=m1, third=third)
 
 
 @dataclass(frozen=True)
@@ -236,7 +143,6 @@ def _sidiwo_centres(split: Split, m1: np.ndarray, family: Family) -> Split:
     Falls back to the D-SIDIWO router (quality ``sidiwo_degenerate`` = 1) when a recovered
     √ω_j is not positive, where the pseudo-centre would blow up.
     """
-    from streammom.projection import project_simplex  # local: written alongside
 
     A = split.whitening.factor @ split.rotation.matrix  # (d, 2) = E O
     A = A * np.where(A.sum(axis=0) < 0, -1.0, 1.0)
@@ -268,7 +174,6 @@ def refine_split_em(
     ‖ΔM‖ < ``tol`` or ``max_iter``. The refined split routes by MAP. If one side is empty the
     split is returned unchanged.
     """
-    from streammom.mixture import fit_mixture_em
 
     n = X.shape[0]
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)

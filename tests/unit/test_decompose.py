@@ -11,14 +11,13 @@ import scipy.sparse as sp
 from streammom.decompose import (
     NonPositiveEigenvalueError,
     asvtd,
-    explicit_moments,
-    implicit_moments,
     jacobi_joint_diagonalize,
     sidiwo_objective,
     sidiwo_rotation,
     svtd,
     whiten,
 )
+from streammom.estimators import explicit_moments, implicit_moments
 
 # ------------------------------------------------------------------------------- helpers
 
@@ -190,14 +189,14 @@ def test_implicit_slices_equal_explicit_dense_m3(family: str, weighted: bool) ->
 
 
 def test_implicit_slices_in_chunks_match_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    import streammom.decompose as dec
+    import streammom.estimators as est
 
     rng = np.random.default_rng(5)
     X = sp.csr_array(_count_data(rng, 200, 8))
     mom = implicit_moments(X, "multinomial")
     wh = whiten(mom.m2_dense(), 3)
     one_block = mom.whitened_slices(wh.pinv)
-    monkeypatch.setattr(dec, "_CHUNK_FLOATS", 40)  # 4–5 rows per block
+    monkeypatch.setattr(est, "_CHUNK_FLOATS", 40)  # 4–5 rows per block
     np.testing.assert_allclose(mom.whitened_slices(wh.pinv), one_block, atol=1e-14)
 
 

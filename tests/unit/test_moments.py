@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from streammom.decompose import top_eigenpairs
+from streammom.estimators import moments_from_data
 from streammom.moments import (
     MomentAccumulator,
     SymmetricMatrix,
@@ -17,7 +18,7 @@ from streammom.moments import (
     rotate_packed_third,
     unpack_symmetric,
 )
-from streammom.split import compute_split, moments_from_data
+from streammom.split import compute_split
 
 
 def _random_binary(n: int, d: int, p: float, seed: int) -> sp.csr_array:

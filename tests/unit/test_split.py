@@ -11,7 +11,8 @@ from sklearn.metrics import adjusted_rand_score
 
 from streammom.datasets import make_block_topics, make_hierarchical_bernoulli
 from streammom.decompose import NonPositiveEigenvalueError, sidiwo_objective
-from streammom.split import Split, compute_split, moments_from_data
+from streammom.estimators import moments_from_data
+from streammom.split import Split, compute_split
 
 
 def _explicit_raw(X: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
