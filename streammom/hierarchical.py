@@ -285,7 +285,7 @@ class HierarchicalMoM(Estimator):
             split = refine_split_em(split, Xn, family=self.family, weights=wn,
                                     tol=self.em_tol, max_iter=self.em_max_iter)
             quality = {k: float(v) for k, v in split.quality.items()}
-        go_right = _route_step(Xn, split.router)
+        go_right = split.router.side(Xn) == 1
         share = np.array([wn[~go_right].sum(), wn[go_right].sum()])
         counts = np.array([np.count_nonzero(~go_right), np.count_nonzero(go_right)])
         if share[1] > share[0]:  # canonical order: heavier child first
@@ -359,14 +359,6 @@ class HierarchicalMoM(Estimator):
         """Ids of the leaves (the values ``predict`` returns), ascending."""
         self._check_fitted()
         return self.model_.leaf_ids
-
-
-def _route_step(X: sp.csr_array, router: Router) -> np.ndarray:
-    """True where a row goes to child 1 — the same arithmetic as :meth:`HierarchyModel.route`."""
-    scores = np.asarray(X @ router.weights.T) + router.bias
-    if router.absolute:
-        scores = np.abs(scores)
-    return scores[:, 1] > scores[:, 0]
 
 
 def _jsonable(value: Any) -> Any:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from streammom import _kernels
 from streammom._validation import as_csr
@@ -58,6 +59,23 @@ class Router:
     def __post_init__(self) -> None:
         if self.weights.ndim != 2 or self.weights.shape[0] != 2 or self.bias.shape != (2,):
             raise ValueError("a router needs weights of shape (2, d) and bias of shape (2,)")
+
+    def side(self, X: sp.csr_array | np.ndarray) -> np.ndarray:
+        """The child (0 or 1) of every row: 1 where s₁ > s₀, ties to 0 (int64, shape (n,)).
+
+        s_j = ⟨w_j, x⟩ + b_j, or |s_j| for a D-SIDIWO router (thesis eq. 6.11; MAP routers,
+        thesis Alg. 4, eq. 4.1). This is the routing rule of the whole library — the batch tree,
+        the refit and EM use it; :func:`streammom._kernels.route_rows` is its compiled walk
+        down a whole tree (tested equal, ties included).
+
+        >>> Router(np.array([[1.0, 0.0], [0.0, 1.0]]), np.zeros(2), absolute=False).side(
+        ...     np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])).tolist()
+        [0, 1, 0]
+        """
+        scores = np.asarray(X @ self.weights.T) + self.bias
+        if self.absolute:
+            scores = np.abs(scores)
+        return (scores[:, 1] > scores[:, 0]).astype(np.int64)
 
 
 def map_router(

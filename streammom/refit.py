@@ -35,13 +35,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from streammom.decompose import KnownSpectrumOperator
 from streammom.eigen import NodeEigensolver, complete_basis
 from streammom.estimators import NodeMoments
-from streammom.model import Router
 from streammom.moments import SymmetricMatrix
 from streammom.split import Split, compute_split
 from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
@@ -50,14 +48,6 @@ if TYPE_CHECKING:
     from streammom.engine import StreamingHierarchy
 
 __all__ = ["RefitPass"]
-
-
-def _router_side(router: Router, X: sp.csr_array) -> np.ndarray:
-    """0/1 child of every row under one router (same rule as HierarchyModel.route)."""
-    scores = np.asarray(X @ router.weights.T) + router.bias
-    if router.absolute:
-        scores = np.abs(scores)
-    return (scores[:, 1] > scores[:, 0]).astype(np.int64)
 
 
 class RefitPass:
@@ -169,7 +159,7 @@ class RefitPass:
             return
         X = v.reservoir.to_csr()
         assert v.router is not None
-        share = (float(np.mean(_router_side(v.router, X) != _router_side(split.router, X)))
+        share = (float(np.mean(v.router.side(X) != split.router.side(X)))
                  if X.shape[0] else 0.0)
         if share > eng.resplit_threshold:
             self.plans[v.node_id] = Resplit(split, full, share)
@@ -233,7 +223,7 @@ class RefitPass:
             v.quality = {k: float(x) for k, x in q.items()}
             return False
         X = v.reservoir.to_csr()
-        side = _router_side(split.router, X)
+        side = split.router.side(X)
         share = float(side.mean()) if X.shape[0] else 0.0
         if min(share, 1.0 - share) < max(self.eng.min_child_fraction, 1e-12):
             v.quality = {k: float(x) for k, x in q.items()}
@@ -311,7 +301,7 @@ class RefitPass:
         n = X.shape[0]
         if n == 0:
             return None
-        side = _router_side(split.router, X)
+        side = split.router.side(X)
         scale = v.acc.weight / n
         d = X.shape[1]
         kids: list[Node] = []

@@ -177,10 +177,7 @@ def refine_split_em(
 
     n = X.shape[0]
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
-    scores = np.asarray(X @ split.router.weights.T) + split.router.bias
-    if split.router.absolute:
-        scores = np.abs(scores)
-    side = (scores[:, 1] > scores[:, 0]).astype(np.int64)
+    side = split.router.side(X)
     share = np.bincount(side, weights=w, minlength=2)
     if np.any(share <= 0):
         return split

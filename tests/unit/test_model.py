@@ -95,6 +95,52 @@ def test_compiled_routing_matches_a_plain_walk() -> None:
     assert len(set(routing.leaf_ids.tolist())) > 4  # the random routers use the whole tree
 
 
+def _walk_with_router_side(model: HierarchyModel, X: sp.csr_array) -> np.ndarray:
+    """Leaf of every row by the library's one Python routing rule, level by level."""
+    leaf = np.full(X.shape[0], model.root_id, dtype=np.int64)
+    frontier = [(model.root_id, np.arange(X.shape[0]))]
+    while frontier:
+        nid, rows = frontier.pop()
+        node = model.nodes[nid]
+        leaf[rows] = nid
+        if node.children and rows.size:
+            side = node.router.side(X[rows])
+            frontier += [(node.children[c], rows[side == c]) for c in (0, 1)]
+    return leaf
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_compiled_walk_equals_router_side_including_ties(absolute: bool) -> None:
+    """Small-integer routers on small-integer rows score exactly, so many rows tie (s₀ = s₁,
+    or |s₀| = |s₁|): the compiled walk and Router.side must send every row, ties included,
+    to the same leaf (ties go to child 0)."""
+    d = 6
+    rng = np.random.default_rng(7)
+    nodes, frontier, next_id = [], [(0, -1, 0)], 1
+    while frontier:
+        nid, parent, level = frontier.pop()
+        if level == 3:
+            nodes.append(TreeNode(nid, parent, level, 1.0, np.full(d, 0.5)))
+            continue
+        kids = (next_id, next_id + 1)
+        next_id += 2
+        w = rng.integers(-2, 3, size=(2, d)).astype(float)
+        w[1, : d // 2] = -w[0, : d // 2] if absolute else w[0, : d // 2]  # equal or opposite
+        router = Router(w, rng.integers(-1, 2, size=2).astype(float), absolute=absolute)
+        nodes.append(TreeNode(nid, parent, level, 1.0, np.full(d, 0.5), kids, router))
+        frontier += [(k, nid, level + 1) for k in kids]
+    model = HierarchyModel(nodes, n_features=d)
+    X = sp.csr_array(rng.integers(0, 2, size=(2000, d)).astype(float))
+    ties = 0
+    for node in model.nodes.values():
+        if node.router is not None:
+            s = np.asarray(X @ node.router.weights.T) + node.router.bias
+            s = np.abs(s) if absolute else s
+            ties += int(np.count_nonzero(s[:, 0] == s[:, 1]))
+    assert ties > 100  # the case under test really occurs
+    np.testing.assert_array_equal(model.route(X).leaf_ids, _walk_with_router_side(model, X))
+
+
 def test_records_are_plain_json_types() -> None:
     rec = small_tree().route(np.array([[0.0, 0, 1, 0]])).records()[0]
     assert rec == {"leaf_id": 3, "path": [0, 2, 3], "margins": rec["margins"], "model_version": 3}
