@@ -28,7 +28,8 @@ from kafka.structs import OffsetAndMetadata
 
 from service.commands.produce import sample_messages
 from service.config import load_settings
-from service.kafka_transport import KafkaSink, KafkaSource
+from service.kafka_sink import KafkaSink
+from service.kafka_source import KafkaSource
 from service.metrics import WorkerMetrics
 from service.worker import Worker
 

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from service.transport import Offsets, flatten_offsets, nest_offsets
-from streammom import __version__
+from streammom import StreamingHierarchy, __version__
 from streammom.serialization import (
     SnapshotFormatError,
     archive_bytes,
@@ -99,9 +99,10 @@ class Checkpoint:
     service_version: str = ""
     path: Path | None = None
     """The file it was loaded from (None when decoded from bytes)."""
-    _rebuilt: Any = field(default=None, init=False, repr=False, compare=False)
+    _rebuilt: StreamingHierarchy | None = field(default=None, init=False, repr=False,
+                                                compare=False)
 
-    def engine(self) -> Any:
+    def engine(self) -> StreamingHierarchy:
         """The :class:`streammom.StreamingHierarchy` of this checkpoint.
 
         Rebuilt from the archive on every call, except that the first call after
@@ -111,13 +112,11 @@ class Checkpoint:
         if self._rebuilt is not None:
             engine, self._rebuilt = self._rebuilt, None
             return engine
-        from streammom import StreamingHierarchy
-
         return StreamingHierarchy.from_archive(self.engine_manifest, self.engine_arrays)
 
 
 def encode_checkpoint(
-    engine: Any,
+    engine: StreamingHierarchy,
     offsets: Mapping[tuple[str, int], int],
     counters: Mapping[str, Any] | None = None,
     *,

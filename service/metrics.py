@@ -7,8 +7,10 @@ counters; the Python client appends ``_total`` itself). Labels are bounded: ``re
 
 from __future__ import annotations
 
+import logging
 import platform
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -24,9 +26,11 @@ from prometheus_client.exposition import generate_latest
 
 from service.events import REJECT_REASONS, UNREADABLE
 from service.transport import TopicPartition
-from streammom import __version__
+from streammom import StreamingHierarchy, Vocabulary, __version__
 
 __all__ = ["WorkerMetrics"]
+
+_log = logging.getLogger("streammom.worker")
 
 _BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _REFIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -144,6 +148,8 @@ class WorkerMetrics:
         for reason in (UNREADABLE, *REJECT_REASONS):
             self.events_rejected.labels(reason=reason)
         self._lag_labels: set[TopicPartition] = set()
+        self._oov_seen = 0  # the vocabulary's OOV count already exported
+        self._vocabulary_full = False  # a full vocabulary is reported once per process
 
     def set_lag(self, lag: Mapping[TopicPartition, int]) -> None:
         """Replace the per-partition lag gauges (removing partitions no longer assigned)."""
@@ -152,6 +158,34 @@ class WorkerMetrics:
         for (topic, partition), value in lag.items():
             self.consumer_lag.labels(topic=topic, partition=str(partition)).set(value)
         self._lag_labels = set(lag)
+
+    def observe_vocabulary(self, vocab: Vocabulary, X: Any = None) -> None:
+        """Export the vocabulary's size and capacity, the out-of-vocabulary drops since the
+        last call, and the rows of ``X`` left without a feature; warn once when a growing
+        vocabulary fills up (from then on every new token is dropped)."""
+        oov = int(vocab.oov_count)
+        if oov > self._oov_seen:
+            self.vocabulary_oov.inc(oov - self._oov_seen)
+        self._oov_seen = oov
+        if X is not None:
+            empty = int((X.indptr[1:] == X.indptr[:-1]).sum())
+            if empty:
+                self.events_without_features.inc(empty)
+        self.vocabulary_tokens.set(len(vocab))
+        self.vocabulary_capacity.set(int(vocab.capacity))
+        full = vocab.growing and len(vocab) >= vocab.capacity
+        if full and not self._vocabulary_full:
+            _log.warning("vocabulary full: tokens not yet in it are dropped from now on "
+                         "(streammom_vocabulary_oov_tokens_total counts them)",
+                         extra={"capacity": int(vocab.capacity), "oov_tokens": oov})
+        self._vocabulary_full = full
+
+    def observe_model(self, engine: StreamingHierarchy) -> None:
+        """The model's version, leaves and depth."""
+        model = engine.model_
+        self.model_version.set(int(engine.model_version_))
+        self.tree_leaves.set(int(model.n_leaves))
+        self.tree_depth.set(int(model.max_depth))
 
     def exposition(self) -> bytes:
         """The text exposition of the registry."""

@@ -1,8 +1,9 @@
 """The transport port: what the worker needs from a message broker, and nothing more.
 
-Implementations: :mod:`service.kafka_transport` (kafka-python, the only module that imports
-it), :mod:`service.memory_transport` (in-memory broker for unit tests) and
-:mod:`service.file_transport` (JSONL files / stdin / stdout for the embedded mode).
+Implementations: :mod:`service.kafka_source` and :mod:`service.kafka_sink` (kafka-python; with
+:mod:`service.kafka_clients` the only modules that import it), :mod:`service.memory_transport`
+(in-memory broker for unit tests) and :mod:`service.file_transport` (JSONL files / stdin /
+stdout for the embedded mode).
 
 Offsets are always *next* offsets (the offset of the next record to read), as in Kafka commits.
 """

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from service.config import Settings, load_settings
+from streammom import StreamingHierarchy
+from streammom.model import HierarchyModel
 
 __all__ = ["DemoResult", "adjusted_rand_index", "demo_settings", "run_demo"]
 
@@ -71,8 +73,8 @@ class DemoResult:
     events: int
     seconds: float
     events_per_second: float
-    model: Any
-    engine: Any
+    model: HierarchyModel
+    engine: StreamingHierarchy
     refits: int
     lineage: int
     ari_final: float

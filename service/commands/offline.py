@@ -1,77 +1,36 @@
-"""Batch commands: ``fit`` (file → snapshot), ``assign`` (snapshot + events → assignments),
-``inspect`` (snapshot → tree with top features)."""
+"""Batch commands: ``fit`` (file → snapshot) and ``assign`` (snapshot + events → assignments).
+
+Both read events the way the daemon does (:class:`~service.events.EventDecoder`, one JSON
+event per line, or a CSV of code rows) and go through the daemon's data path
+(:mod:`service.pipeline`): same features, same encoding, same assignment JSON.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import IO, Any
 
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
 from service.commands.streams import binary_stream
-from service.config import LimitsSettings, ModelSettings
-from service.events import EventDecoder, Rejection
-from streammom.model import HierarchyModel
-from streammom.serialization import (
-    DEFAULT_MAX_BYTES,
-    SnapshotFormatError,
-    atomic_write_bytes,
-    read_archive,
+from service.config import LimitsSettings, ModelSettings, build_engine
+from service.events import Event, EventDecoder, Rejection
+from service.pipeline import (
+    Assigner,
+    FeatureRows,
+    assignment_values,
+    events_matrix,
+    model_assigner,
 )
+from service.snapshots import load_snapshot
+from streammom.report.charts import SampleItem
+from streammom.serialization import SnapshotFormatError, atomic_write_bytes
 
-__all__ = [
-    "LoadedSnapshot",
-    "assign_file",
-    "fit_file",
-    "iter_batches",
-    "load_snapshot",
-]
-
-
-@dataclass
-class LoadedSnapshot:
-    """A snapshot file opened for use: the engine (if any) and its model."""
-
-    kind: str
-    engine: Any | None
-    model: HierarchyModel
-
-
-def load_snapshot(
-    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
-) -> LoadedSnapshot:
-    """Open an engine snapshot, a daemon checkpoint or a bare model archive.
-
-    The file is untrusted: :func:`~streammom.serialization.read_archive` bounds what it may
-    expand to (``max_bytes``, the declared member sizes) and the loaders validate the tree and
-    the arrays against the manifest. Raises :class:`SnapshotFormatError` with a one-line
-    reason (without the path) for anything that is not a valid snapshot, and
-    :class:`OSError` if the file cannot be read.
-    """
-    manifest, arrays = read_archive(path, max_bytes=max_bytes)
-    kind = str(manifest.get("kind"))
-    try:
-        if kind == "hierarchy-model":
-            return LoadedSnapshot(kind, None, HierarchyModel.from_archive(manifest, arrays))
-        if kind == "daemon-checkpoint":
-            from service.checkpoint import decode_checkpoint
-
-            del arrays  # decode_checkpoint reads the file again: never hold two copies
-            engine = decode_checkpoint(path).engine()
-            return LoadedSnapshot(kind, engine, engine.model_)
-        from streammom import StreamingHierarchy
-
-        engine = StreamingHierarchy.from_archive(manifest, arrays)
-    except SnapshotFormatError:
-        raise
-    except (LookupError, TypeError, ValueError, AttributeError, OverflowError,
-            RecursionError) as exc:
-        raise SnapshotFormatError(f"invalid {kind} snapshot: {exc!r}") from exc
-    return LoadedSnapshot(kind, engine, engine.model_)
+__all__ = ["assign_file", "event_sample_items", "fit_file", "iter_batches", "iter_events"]
 
 
 def _open_text(path: str) -> IO[str]:
@@ -80,17 +39,41 @@ def _open_text(path: str) -> IO[str]:
     return open(path, encoding="utf-8", errors="surrogateescape", newline="")
 
 
+def _jsonl_lines(path: str) -> Iterator[tuple[int, bytes | None]]:
+    """(bytes read, line without its end) of a JSONL file (``-``: stdin; ``.gz`` read
+    transparently); ``None`` for a blank line, which is not an event."""
+    with binary_stream(path, "rb") as stream:
+        for line in stream:
+            value = line.rstrip(b"\r\n")
+            yield len(line), value if value.strip() else None
+
+
+def iter_events(path: str, limits: LimitsSettings | None = None) -> Iterator[Event | Rejection]:
+    """Every non-blank line of a JSONL events file decoded as the daemon decodes a message:
+    an event, or why it was rejected."""
+    decoder = EventDecoder(limits)
+    for _, value in _jsonl_lines(path):
+        if value is not None:
+            yield decoder.decode(value)
+
+
+def event_sample_items(path: str | os.PathLike[str]) -> Iterator[SampleItem]:
+    """``(event id, features)`` of every event of a JSONL file, ``None`` for a rejected line —
+    the input of the report's heatmap sample (:func:`streammom.report.charts.sample_events`)."""
+    for item in iter_events(os.fspath(path)):
+        yield None if isinstance(item, Rejection) else (item.id, item.features())
+
+
 def iter_batches(
     path: str, *, batch_size: int, limits: LimitsSettings | None = None, fmt: str = "auto"
-) -> Iterator[tuple[list[Any], dict[str, int], int]]:
+) -> Iterator[tuple[FeatureRows, dict[str, int], int]]:
     """Batches of valid events from a JSONL events file or a CSV of code rows.
 
-    Yields ``(features_or_events, rejected_by_reason, bytes_read_so_far)``. For JSONL the first
-    element is a list of validated events; for CSV a list of code lists (one row = one event).
+    Yields ``(items, rejected_by_reason, bytes_read_so_far)``: validated events (JSONL) or
+    code lists (CSV, one row = one event).
     """
     if fmt == "auto":
         fmt = "csv" if path.lower().endswith(".csv") else "jsonl"
-    decoder = EventDecoder(limits)
     rejected: dict[str, int] = {}
     nbytes = 0
     batch: list[Any] = []
@@ -107,26 +90,21 @@ def iter_batches(
                     yield batch, rejected, nbytes
                     batch, rejected = [], {}
     else:
-        with binary_stream(path, "rb") as stream:
-            for line in stream:
-                nbytes += len(line)
-                value = line.rstrip(b"\r\n")
-                if not value.strip():
-                    continue
-                item = decoder.decode(value)
-                if isinstance(item, Rejection):
-                    rejected[item.reason] = rejected.get(item.reason, 0) + 1
-                    continue
-                batch.append(item)
-                if len(batch) >= batch_size:
-                    yield batch, rejected, nbytes
-                    batch, rejected = [], {}
+        decoder = EventDecoder(limits)
+        for size, value in _jsonl_lines(path):
+            nbytes += size
+            if value is None:
+                continue
+            item = decoder.decode(value)
+            if isinstance(item, Rejection):
+                rejected[item.reason] = rejected.get(item.reason, 0) + 1
+                continue
+            batch.append(item)
+            if len(batch) >= batch_size:
+                yield batch, rejected, nbytes
+                batch, rejected = [], {}
     if batch or rejected:
         yield batch, rejected, nbytes
-
-
-def _features(items: list[Any]) -> list[Any]:
-    return [it if isinstance(it, list) else it.features() for it in items]
 
 
 def fit_file(
@@ -139,10 +117,6 @@ def fit_file(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Stream a file through a fresh engine (``learn`` per batch), refit, write its snapshot."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from service.worker import build_engine
-
     engine = build_engine(model_cfg)
     binary = model_cfg.family == "bernoulli"
     total = os.path.getsize(path) if path != "-" else None
@@ -156,8 +130,7 @@ def fit_file(
             for k, v in rej.items():
                 rejected[k] = rejected.get(k, 0) + v
             if items:
-                X = engine.vocabulary.transform(_features(items), binary=binary)
-                engine.learn(X)
+                engine.learn(events_matrix(engine.vocabulary, items, binary=binary))
                 n += len(items)
             bar.update(task, completed=nbytes, events=n)
     engine.refit()
@@ -175,27 +148,17 @@ def fit_file(
 
 def assign_file(snapshot: str, path: str, output: str, *, batch_size: int = 5000,
                 limits: LimitsSettings | None = None) -> dict[str, int]:
-    """Route every valid event of ``path`` with the snapshot's model; write assignments JSONL."""
+    """Route every valid event of ``path`` with the snapshot's model; write assignments JSONL
+    (the daemon's assignment values, :func:`service.pipeline.assignment_values`)."""
     loaded = load_snapshot(snapshot)
-    from streammom import Vocabulary
-
+    route: Assigner
     if loaded.engine is not None:
-        vocab = loaded.engine.vocabulary
-        route = loaded.engine.assign
+        vocab, route = loaded.engine.vocabulary, loaded.engine.assign
     else:
-        names = loaded.model.feature_names
-        if names is None:
-            raise SnapshotFormatError("a bare model without feature names cannot map events")
-        vocab = Vocabulary(tokens=[n for n in names if n])
-        d = loaded.model.n_features
-        model_route = loaded.model.route
-
-        def route(X: Any) -> Any:
-            X = X.tocsr()
-            if X.shape[1] < d:  # a growing vocabulary's unused columns
-                X.resize((X.shape[0], d))
-            return model_route(X)
-
+        try:
+            vocab, route = model_assigner(loaded.model)
+        except ValueError as exc:
+            raise SnapshotFormatError(str(exc)) from exc
     binary = loaded.model.family == "bernoulli"
     counts = {"assigned": 0, "rejected": 0}
     with binary_stream(output, "wb") as out:
@@ -203,14 +166,8 @@ def assign_file(snapshot: str, path: str, output: str, *, batch_size: int = 5000
             counts["rejected"] += sum(rej.values())
             if not items:
                 continue
-            X = vocab.transform(_features(items), binary=binary)
-            routing = route(X)
-            lines = []
-            for i, rec in enumerate(routing.records()):
-                item = items[i]
-                ids = ({"event_id": item.id, "entity_id": getattr(item, "entity_id", None)}
-                       if not isinstance(item, list) else {"row": counts["assigned"] + i})
-                lines.append(json.dumps({**ids, **rec}, separators=(",", ":")).encode())
+            routing = route(events_matrix(vocab, items, binary=binary))
+            lines = assignment_values(items, routing, first_row=counts["assigned"])
             out.write(b"\n".join(lines) + b"\n")
             counts["assigned"] += len(items)
     return counts

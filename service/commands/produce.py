@@ -62,7 +62,7 @@ def produce_sample(
         return sent
     if bootstrap is None or topic is None:
         raise ValueError("give --bootstrap and --topic, or --output")
-    from service.kafka_transport import KafkaSink
+    from service.kafka_sink import KafkaSink
     from service.transport import TransportError
 
     sink = KafkaSink(_sample_kafka_settings(bootstrap, kafka))

@@ -12,66 +12,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from streammom.model import HierarchyModel
-from streammom.report import (
-    CodeMap,
-    build_report,
-    compute_figures,
-    export_figures,
-    from_engine,
-    load_codes,
-    model_info,
-)
-from streammom.report.codes import detect_codes
-from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, atomic_write_bytes
+from service.commands.offline import event_sample_items
+from service.snapshots import load_for_report
+from streammom.report import build_report, compute_figures, export_figures, resolve_codes
+from streammom.serialization import DEFAULT_MAX_BYTES, atomic_write_bytes
 
-__all__ = ["inspect_snapshot", "load_for_report", "resolve_codes", "run_report"]
+__all__ = ["inspect_snapshot", "run_report"]
 
 EXIT_USAGE = 2
-
-
-def load_for_report(
-    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
-) -> tuple[HierarchyModel, dict[str, Any]]:
-    """``(model, info)`` of a model archive, an engine snapshot or a daemon checkpoint.
-
-    The file is read once, bounded by ``max_bytes`` (see
-    :func:`service.commands.offline.load_snapshot`). Raises :class:`OSError` for a missing,
-    unreadable or directory path and :class:`SnapshotFormatError` (naming the path) for
-    anything that is not a valid snapshot.
-    """
-    from service.commands.offline import load_snapshot
-
-    source = Path(path)
-    if source.is_dir():
-        raise IsADirectoryError(f"snapshot is a directory: {source}")
-    if not source.is_file():
-        raise FileNotFoundError(f"snapshot not found: {source}")
-    try:
-        loaded = load_snapshot(source, max_bytes=max_bytes)
-    except (KeyError, TypeError, IndexError, AttributeError, OverflowError,
-            RecursionError) as exc:
-        raise SnapshotFormatError(f"{source}: invalid snapshot: {exc!r}") from exc
-    except SnapshotFormatError as exc:
-        raise SnapshotFormatError(f"{source}: not a streammom snapshot ({exc})") from exc
-    if loaded.engine is None:
-        return loaded.model, model_info(loaded.model, kind=loaded.kind, source=str(source))
-    try:
-        return from_engine(loaded.engine, source=str(source))
-    except ValueError as exc:
-        raise SnapshotFormatError(f"{source}: {exc}") from exc
-
-
-def resolve_codes(spec: str | None, model: HierarchyModel) -> CodeMap | None:
-    """``--codes``: ``auto`` (default: ICD-10-CM or ICD-9-CM if the features look like it),
-    ``none``, ``icd10``, ``icd9`` (bundled ICD-9-CM names) or a ``code,name`` CSV path."""
-    if spec is None or spec.strip().lower() == "auto":
-        return detect_codes(model.feature_names)
-    if spec.strip().lower() == "none":
-        return None
-    return load_codes(spec)
 
 
 # What a bad file, path or option can raise while loading and rendering; every such failure
@@ -110,9 +60,10 @@ def run_report(
     err = err or sys.stderr
     try:
         model, info = load_for_report(snapshot, max_bytes=max_bytes)
-        code_map = resolve_codes(codes, model)
+        code_map = resolve_codes(codes, model.feature_names)
+        items = None if events is None else event_sample_items(events)
         figures = compute_figures(
-            model, codes=code_map, events=events, lam=lam, sample=sample, seed=seed
+            model, codes=code_map, events=items, lam=lam, sample=sample, seed=seed
         )
         html = build_report(model, info, figures=figures)
         atomic_write_bytes(output, html.encode("utf-8"))
@@ -152,7 +103,7 @@ def inspect_snapshot(
     out = out or sys.stdout
     try:
         model, info = load_for_report(path, max_bytes=max_bytes)
-        code_map = resolve_codes(codes, model)
+        code_map = resolve_codes(codes, model.feature_names)
         if json_output:
             text = json.dumps(tree_summary(model, info, code_map, top, lam=lam), indent=2,
                               sort_keys=False) + "\n"

@@ -64,13 +64,9 @@ def _kafka_io(settings: Settings, worker_stop: Any) -> tuple[Source, Sink]:
     start is clearer to an operator than a daemon that stays unready. (The running worker logs
     a later rejection as an error too, but keeps retrying: credentials may be fixed broker-side.)
     """
-    from service.kafka_transport import (
-        AuthenticationError,
-        KafkaSink,
-        KafkaSource,
-        ensure_topics,
-        verify_connection,
-    )
+    from service.kafka_clients import AuthenticationError, ensure_topics, verify_connection
+    from service.kafka_sink import KafkaSink
+    from service.kafka_source import KafkaSource
 
     kafka = settings.kafka
     backoff = settings.worker.backoff_initial_s

@@ -26,6 +26,7 @@ from streammom.report.codes import (
     Icd9Names,
     Icd10Names,
     load_codes,
+    resolve_codes,
 )
 from streammom.report.export import export_figures, write_report
 from streammom.report.html import ReportFigures, build_report, compute_figures
@@ -45,5 +46,6 @@ __all__ = [
     "load_codes",
     "load_model",
     "model_info",
+    "resolve_codes",
     "write_report",
 ]

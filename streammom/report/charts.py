@@ -9,19 +9,16 @@ Every figure of a report is computed here once, as plain numbers and strings, an
   features (Sievert–Shirley relevance, λ = 0.7; thesis digest §5.6).
 * :func:`frequency_table` — the "disease-frequency chart" of the MLHC paper (§5.2): the 20 most
   frequent features overall (root mean) and their frequency inside each leaf.
-* :func:`read_events` / :func:`heatmap_data` — the paper's heatmap: a seeded sample of events,
+* :func:`sample_events` / :func:`heatmap_data` — the paper's heatmap: a seeded sample of events,
   routed with the model and ordered by leaf, over the 40 most frequent features.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,13 +34,14 @@ __all__ = [
     "FrequencyTable",
     "HeatmapData",
     "NodeBox",
+    "SampleItem",
     "TreeLayout",
     "feature_label",
     "frequency_table",
     "heatmap_data",
     "leaf_colours",
     "preorder",
-    "read_events",
+    "sample_events",
     "tree_layout",
 ]
 
@@ -323,90 +321,62 @@ class EventSample:
     notes: list[str] = field(default_factory=list)
 
 
-def _event_features(obj: Any) -> dict[str, float] | None:
-    """Feature → value of one decoded JSON event, or ``None`` if it is not an event."""
-    if not isinstance(obj, dict):
-        return None
-    kind = obj.get("type")
-    if kind == "encounter":
-        codes = obj.get("codes")
-        if not isinstance(codes, list):
-            return None
-        return {str(c): 1.0 for c in codes}
-    if kind == "document":
-        tokens, counts = obj.get("tokens"), obj.get("counts")
-        if isinstance(tokens, list):
-            out: dict[str, float] = {}
-            for t in tokens:
-                out[str(t)] = out.get(str(t), 0.0) + 1.0
-            return out
-        if isinstance(counts, dict):
-            feats: dict[str, float] = {}
-            for k, v in counts.items():
-                if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
-                    feats[str(k)] = float(v)
-            return feats
-    return None
+#: One input event for the heatmap sample: (event id, its features — a code / token list or a
+#: token → count map), or ``None`` for an event that could not be read (counted as invalid).
+SampleItem = tuple[str, Sequence[str] | Mapping[str, float]] | None
 
 
-def read_events(
-    path: str | os.PathLike[str],
+def sample_events(
+    items: Iterable[SampleItem],
     model: HierarchyModel,
     *,
     sample: int = 400,
     seed: int = 0,
+    source: str = "",
 ) -> EventSample:
-    """Read a JSONL event file (the daemon's input format) and keep a seeded sample.
+    """Keep a seeded sample of events as model rows, with read statistics.
 
-    Events are ``{"type": "encounter", "codes": [...]}`` or ``{"type": "document",
-    "tokens": [...] | "counts": {...}}`` (other fields ignored). Features are mapped through
-    the model's ``feature_names``; unknown features are dropped, and events with no known
-    feature are skipped. Bernoulli models see 0/1 rows, multinomial models counts. The sample is
-    a reservoir sample (Algorithm R, ``random.Random(seed)``) kept in file order.
+    ``items`` are decoded events — the daemon decodes its own input format and passes them
+    here (``streammom report --events``), a library user passes ``(id, codes)`` pairs.
+    Features are mapped through the model's ``feature_names``; unknown features are dropped,
+    and events with no known feature are skipped. Bernoulli models see 0/1 rows, multinomial
+    models counts (a list counts repeated tokens). The sample is a reservoir sample
+    (Algorithm R, ``random.Random(seed)``) kept in input order.
     """
     if model.feature_names is None:
         raise ValueError("the model has no feature names, so events cannot be mapped to features")
     index = {name: i for i, name in enumerate(model.feature_names)}
     rng = random.Random(seed)
     kept: list[tuple[int, str, dict[int, float]]] = []
-    stats = EventSample(X=sp.csr_array((0, model.n_features)), ids=[], source=str(path))
+    stats = EventSample(X=sp.csr_array((0, model.n_features)), ids=[], source=source)
     n_valid = 0
-    source = Path(path)
-    if not source.is_file():
-        raise ValueError(f"cannot read events: {source} is not a file")
-    with source.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
+    for item in items:
+        stats.n_read += 1
+        if item is None:
+            stats.n_invalid += 1
+            continue
+        event_id, feats = item
+        pairs = feats.items() if isinstance(feats, Mapping) else ((f, 1.0) for f in feats)
+        row: dict[int, float] = {}
+        for name, value in pairs:
+            i = index.get(name)
+            if i is None:
+                i = index.get(name.strip())
+            if i is None:
+                stats.n_unknown_features += 1
                 continue
-            stats.n_read += 1
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                obj = None
-            feats = _event_features(obj)
-            if feats is None:
-                stats.n_invalid += 1
-                continue
-            row: dict[int, float] = {}
-            for name, value in feats.items():
-                i = index.get(name)
-                if i is None:
-                    i = index.get(name.strip())
-                if i is None:
-                    stats.n_unknown_features += 1
-                    continue
-                row[i] = row.get(i, 0.0) + value
-            if not row:
-                stats.n_unknown_only += 1
-                continue
-            item = (stats.n_read, str(obj.get("id", "")), row)
-            if len(kept) < sample:
-                kept.append(item)
-            else:
-                j = rng.randrange(n_valid + 1)
-                if j < sample:
-                    kept[j] = item
-            n_valid += 1
+            row[i] = row.get(i, 0.0) + float(value)
+        if not row:
+            stats.n_unknown_only += 1
+            continue
+        entry = (stats.n_read, str(event_id), row)
+        if len(kept) < sample:
+            kept.append(entry)
+        else:
+            j = rng.randrange(n_valid + 1)
+            if j < sample:
+                kept[j] = entry
+        n_valid += 1
     kept.sort(key=lambda t: t[0])
     rows, cols, vals = [], [], []
     for r, (_, _, row) in enumerate(kept):

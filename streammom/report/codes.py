@@ -36,6 +36,7 @@ __all__ = [
     "Icd10Names",
     "detect_codes",
     "load_codes",
+    "resolve_codes",
 ]
 
 _MIN_PREFIX = 3
@@ -251,3 +252,20 @@ def detect_codes(feature_names: Sequence[str] | None, *, sample: int = 200) -> C
         if hits9 > hits10 and 2 * hits9 > len(names):  # a strict majority: digits are common
             return icd9
     return icd10 if hits10 >= need else None
+
+
+def resolve_codes(spec: str | None, feature_names: Sequence[str] | None) -> CodeMap | None:
+    """A ``--codes`` / ``report.codes`` setting: ``auto`` (default, ``None`` too: ICD-10-CM or
+    ICD-9-CM when the features look like it, :func:`detect_codes`), ``none``, ``icd10``,
+    ``icd9`` or a ``code,name`` CSV path.
+
+    >>> resolve_codes("none", ["I50.9"]) is None
+    True
+    >>> type(resolve_codes(None, ["I50.9", "J449"])).__name__
+    'Icd10Names'
+    """
+    if spec is None or spec.strip().lower() == "auto":
+        return detect_codes(feature_names)
+    if spec.strip().lower() == "none":
+        return None
+    return load_codes(spec)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
@@ -24,13 +24,14 @@ from streammom.report.charts import (
     EventSample,
     FrequencyTable,
     HeatmapData,
+    SampleItem,
     TreeLayout,
     fmt_share,
     fmt_weight,
     frequency_table,
     heatmap_data,
     iter_lineage_columns,
-    read_events,
+    sample_events,
     tree_layout,
 )
 from streammom.report.codes import CodeMap, load_codes
@@ -93,7 +94,7 @@ def compute_figures(
     model: HierarchyModel,
     *,
     codes: CodeMap | str | os.PathLike[str] | None = None,
-    events: EventSample | str | os.PathLike[str] | None = None,
+    events: EventSample | Iterable[SampleItem] | None = None,
     lam: float = 0.7,
     n_labels: int = 4,
     n_frequent: int = 20,
@@ -112,7 +113,7 @@ def compute_figures(
         sample_data = (
             events
             if isinstance(events, EventSample)
-            else read_events(events, model, sample=sample, seed=seed)
+            else sample_events(events, model, sample=sample, seed=seed)
         )
         heat = heatmap_data(model, layout, sample_data, codes=code_map, n_top=n_heatmap)
     return ReportFigures(layout=layout, frequency=freq, heatmap=heat)
@@ -237,7 +238,7 @@ def build_report(
     info: Mapping[str, Any] | None = None,
     *,
     codes: CodeMap | str | os.PathLike[str] | None = None,
-    events: EventSample | str | os.PathLike[str] | None = None,
+    events: EventSample | Iterable[SampleItem] | None = None,
     lam: float = 0.7,
     figures: ReportFigures | None = None,
     **figure_options: Any,
@@ -245,8 +246,9 @@ def build_report(
     """The report as one self-contained HTML document (a ``str``).
 
     ``info`` is what :func:`streammom.report.load_model` returns (or ``None`` for a bare
-    model); ``codes`` names features (``"icd10"``, a CSV path or a code map); ``events`` (a JSONL
-    path or an :class:`~streammom.report.charts.EventSample`) adds the heatmap. Pass precomputed
+    model); ``codes`` names features (``"icd10"``, a CSV path or a code map); ``events`` (decoded
+    ``(id, features)`` items, see :func:`~streammom.report.charts.sample_events`, or an
+    :class:`~streammom.report.charts.EventSample`) adds the heatmap. Pass precomputed
     ``figures`` to share them with PNG/SVG exports.
     """
     from streammom.report.loader import model_info

@@ -173,6 +173,12 @@ class Daemon:
     def processed(self) -> float:
         return self.metric("streammom_events_processed_total") or 0.0
 
+    def processed_while_running(self) -> float:
+        """:meth:`processed`, failing at once (with the log) if the daemon has exited — for
+        waits that must not sit out their timeout on a dead process."""
+        self.alive()
+        return self.processed()
+
     def kill(self) -> None:
         """SIGKILL (a crash) and reap."""
         assert self.proc is not None

@@ -87,7 +87,7 @@ def test_crash_recovery(kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path
     try:
         for point in kill_points:
             wait_until(
-                lambda p=point: (daemon.alive() or daemon.processed()) >= p,
+                lambda p=point: daemon.processed_while_running() >= p,
                 120,
                 interval=0.05,
                 message=f"processed >= {point}",
@@ -95,7 +95,7 @@ def test_crash_recovery(kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path
             daemon.kill()
             daemon.start()
         wait_until(
-            lambda: daemon.processed() >= N and (daemon.alive() or True),
+            lambda: daemon.processed_while_running() >= N,
             180,
             message=f"processed == {N}",
         )

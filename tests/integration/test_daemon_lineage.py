@@ -57,7 +57,7 @@ def _run_until(daemon: Daemon, processed: int, timeout: float = 120) -> None:
     continues from the checkpoint), and has nothing left to read; then stop it cleanly."""
     daemon.start()
     try:
-        wait_until(lambda: daemon.alive() is None and daemon.processed() >= processed, timeout,
+        wait_until(lambda: daemon.processed_while_running() >= processed, timeout,
                    message=f"processed >= {processed}")
         wait_until(lambda: daemon.get("/readyz")[0] == 200
                    and daemon.metric("streammom_consumer_lag_records") == 0, timeout,

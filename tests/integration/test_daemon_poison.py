@@ -39,7 +39,7 @@ def _run_until(bootstrap: str, topics: dict[str, str], tmp_path: Path, group: st
     daemon = Daemon(bootstrap, topics, tmp_path, group=group).start()
     dlq = TopicReader(bootstrap, topics["dead_letters"])
     try:
-        wait_until(lambda: daemon.alive() is None and daemon.processed() >= processed, 120,
+        wait_until(lambda: daemon.processed_while_running() >= processed, 120,
                    message=f"{processed} events processed")
         read = dlq.read_until(letters, 60)
         daemon.alive()

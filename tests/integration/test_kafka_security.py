@@ -18,13 +18,9 @@ from daemon_harness import Daemon, make_topics, new_prefix, wait_until
 from service.commands.produce import produce_sample
 from service.config import KafkaSettings, TopicsSettings
 from service.devbroker.testing import create_topic, unique_name
-from service.kafka_transport import (
-    AuthenticationError,
-    KafkaSink,
-    KafkaSource,
-    ensure_topics,
-    verify_connection,
-)
+from service.kafka_clients import AuthenticationError, ensure_topics, verify_connection
+from service.kafka_sink import KafkaSink
+from service.kafka_source import KafkaSource
 from service.transport import TransportError
 
 USER, PASSWORD = "streammom", "s3cret-pw"

@@ -12,9 +12,8 @@ from service.checkpoint import (
     decode_checkpoint,
     encode_checkpoint,
 )
-from service.config import ModelSettings
+from service.config import ModelSettings, build_engine
 from service.synthetic import generate_cohort
-from service.worker import build_engine
 from streammom.serialization import SnapshotFormatError, archive_bytes
 
 

@@ -19,6 +19,7 @@ import pytest
 from memory_harness import IN, fill_cohort, memory_worker, small_settings
 from typer.testing import CliRunner
 
+import service.checkpoint_policy as checkpoint_policy_module
 import service.worker as worker_module
 from service.checkpoint import (
     CheckpointDirError,
@@ -93,7 +94,7 @@ DAMAGE = {"flipped": _flip_middle, "truncated": _truncate, "garbage": _garbage,
 
 
 class _Clock:
-    """``time`` for the worker module with a movable monotonic clock (backoff without sleeps)."""
+    """``time`` for the worker modules with a movable monotonic clock (backoff without sleeps)."""
 
     def __init__(self) -> None:
         self.offset = 0.0
@@ -222,13 +223,14 @@ def test_checkpoint_write_failure_keeps_running_uncommitted_then_recovers(
     monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
     clock = _Clock()
     monkeypatch.setattr(worker_module, "time", clock)
+    monkeypatch.setattr(checkpoint_policy_module, "time", clock)
     worker = memory_worker(settings, broker)
     failures = worker.metrics.checkpoint_failures
     worker.restore()
 
     def batch() -> None:
         assert worker.process_batch(worker.source.poll(250, 0.0))
-        worker._probe_broker()
+        worker.broker.probe(worker.source)
 
     with caplog.at_level(logging.INFO, logger="streammom"):
         for _ in range(4):  # 1000 records: the first checkpoint is due and fails (disk full)

@@ -17,7 +17,7 @@ from memory_harness import IN, memory_worker, small_settings
 
 from service.config import KafkaSettings, LimitsSettings
 from service.events import EventDecoder, Rejection
-from service.kafka_transport import KafkaSink
+from service.kafka_sink import KafkaSink
 from service.memory_transport import MemoryBroker
 from service.metrics import WorkerMetrics
 from service.worker import Worker

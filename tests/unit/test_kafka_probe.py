@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import service.kafka_transport as kt
+import service.kafka_source as ksource
 from service.config import KafkaSettings
 
 
@@ -34,15 +34,15 @@ def _consumer(*, sent: float, received: float, enabled: bool = True) -> Any:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     clock = _Clock()
-    monkeypatch.setattr(kt, "time", SimpleNamespace(monotonic=clock.monotonic))
+    monkeypatch.setattr(ksource, "time", SimpleNamespace(monotonic=clock.monotonic))
     return clock
 
 
-def _source(consumer: Any, timeout_ms: int | None = None) -> kt.KafkaSource:
+def _source(consumer: Any, timeout_ms: int | None = None) -> ksource.KafkaSource:
     """A source whose consumer is ``consumer`` (default ``broker_probe_timeout_ms``: 5 s)."""
     cfg = KafkaSettings() if timeout_ms is None else KafkaSettings(
         broker_probe_timeout_ms=timeout_ms)
-    source = kt.KafkaSource(cfg, "events")
+    source = ksource.KafkaSource(cfg, "events")
     source._consumer = consumer
     return source
 

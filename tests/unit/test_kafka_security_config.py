@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from kafka import errors as kerrors
 
-import service.kafka_transport as kt
+import service.kafka_clients as kt
+import service.kafka_sink as ksink
+import service.kafka_source as ksource
 from service.commands.produce import produce_sample
 from service.config import (
     ConfigError,
@@ -194,8 +196,9 @@ class _FakeClient:
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
     calls: list[tuple[str, dict[str, Any]]] = []
-    for cls in ("KafkaConsumer", "KafkaProducer", "KafkaAdminClient"):
-        monkeypatch.setattr(kt, cls, _Recorder(calls, cls))
+    for module, cls in ((ksource, "KafkaConsumer"), (ksink, "KafkaProducer"),
+                        (kt, "KafkaAdminClient")):
+        monkeypatch.setattr(module, cls, _Recorder(calls, cls))
     return calls
 
 
@@ -207,9 +210,9 @@ def test_every_client_gets_the_security_settings(
     expected = kt.client_security_kwargs(cfg)
     kt.ensure_topics(cfg, TopicsSettings())
     kt.verify_connection(cfg)
-    source = kt.KafkaSource(cfg, "events")
+    source = ksource.KafkaSource(cfg, "events")
     source.poll(10, 0.01)
-    sink = kt.KafkaSink(cfg)
+    sink = ksink.KafkaSink(cfg)
     sink.produce("out", b"k", b"v")
     sink.flush(1.0)
     assert sorted(name for name, _ in recorded) == [
@@ -255,10 +258,10 @@ def test_rejected_login_is_an_authentication_error(monkeypatch: pytest.MonkeyPat
         watch.observe(kerrors.SaslAuthenticationFailedError("Invalid username or password"))
         raise kerrors.KafkaTimeoutError("Unable to bootstrap from x:9092")
 
-    monkeypatch.setattr(kt, "KafkaConsumer", consumer)
+    monkeypatch.setattr(ksource, "KafkaConsumer", consumer)
     cfg = KafkaSettings(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
                         sasl_username="u", sasl_password="wrong")
-    source = kt.KafkaSource(cfg, "events")
+    source = ksource.KafkaSource(cfg, "events")
     with pytest.raises(kt.AuthenticationError, match=r"authentication failed.*Invalid username"):
         source.poll(10, 0.01)
     assert closed == [True]
@@ -280,9 +283,9 @@ def test_unreachable_broker_stays_a_plain_transport_error(
 
 
 def test_authentication_errors_are_retried_not_dropped() -> None:
-    assert kt._retriable(kerrors.SaslAuthenticationFailedError("bad"))
-    assert kt._retriable(kt.AuthenticationError("producer: authentication failed"))
-    assert not kt._retriable(kerrors.MessageSizeTooLargeError())
+    assert ksink._retriable(kerrors.SaslAuthenticationFailedError("bad"))
+    assert ksink._retriable(kt.AuthenticationError("producer: authentication failed"))
+    assert not ksink._retriable(kerrors.MessageSizeTooLargeError())
 
 
 def _worker(tmp_path: Path) -> Worker:
@@ -301,14 +304,14 @@ def test_worker_logs_an_authentication_failure_once_as_an_error(
     caplog.set_level(logging.INFO, logger="streammom.worker")
     auth = kt.AuthenticationError("consumer: authentication failed: SaslAuthenticationFailed")
     for _ in range(3):  # the loop reports it at every retry; logged once
-        worker._set_broker(False, auth)
-    worker._set_broker(False, TransportError("poll: timeout"))
+        worker.broker.report(False, auth)
+    worker.broker.report(False, TransportError("poll: timeout"))
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.getMessage().split(":")[0] for r in errors] == ["authentication failed"]
     assert not [r for r in caplog.records if "unreachable" in r.getMessage()]
     assert worker.readiness()[1]["broker"] is False
-    worker._set_broker(True, None)
-    worker._set_broker(False, auth)  # a new rejection after a recovery is logged again
+    worker.broker.report(True, None)
+    worker.broker.report(False, auth)  # a new rejection after a recovery is logged again
     assert len([r for r in caplog.records if r.levelno == logging.ERROR]) == 2
 
 

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from typer.testing import CliRunner
 
 from service.cli import app
+from service.commands.offline import event_sample_items
 from service.commands.report import inspect_snapshot, run_report
 from streammom.datasets import HierarchyTruth, make_hierarchical_bernoulli
 from streammom.hierarchical import HierarchicalMoM
@@ -134,7 +135,7 @@ def events_file(known: SimpleNamespace, tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture(scope="module")
 def report_html(snapshot: Path, events_file: Path) -> str:
     model, info = load_model(snapshot)
-    return build_report(model, info, events=events_file)
+    return build_report(model, info, events=event_sample_items(events_file))
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -289,7 +290,7 @@ def test_heatmap_sample_routed_and_grouped(
         for el in heat.iter("g")
         if "heat-band" in _classes(el)
     ]
-    figs = compute_figures(known.model, events=events_file)
+    figs = compute_figures(known.model, events=event_sample_items(events_file))
     order = list(figs.layout.leaf_order)
     assert [b[0] for b in bands] == [leaf for leaf in order if leaf in dict(bands)]
     assert sum(n for _, n in bands) == 400
@@ -297,9 +298,9 @@ def test_heatmap_sample_routed_and_grouped(
     assert len(cols) == 40
     assert figs.heatmap is not None and "2 unreadable" in figs.heatmap.note
     # Rows are routed with the model: the band sizes match routing the same sample.
-    again = compute_figures(known.model, events=events_file)
+    again = compute_figures(known.model, events=event_sample_items(events_file))
     assert again.heatmap == figs.heatmap  # seeded sample: deterministic
-    other = compute_figures(known.model, events=events_file, seed=1)
+    other = compute_figures(known.model, events=event_sample_items(events_file), seed=1)
     assert other.heatmap is not None and other.heatmap.cells != figs.heatmap.cells
 
 
@@ -307,13 +308,13 @@ def test_same_model_same_bytes(snapshot: Path, events_file: Path) -> None:
     m1, i1 = load_model(snapshot)
     m2, i2 = load_model(snapshot.read_bytes())
     i2["source"] = i1["source"]
-    a = build_report(m1, i1, codes="icd10", events=events_file)
-    b = build_report(m2, i2, codes="icd10", events=events_file)
+    a = build_report(m1, i1, codes="icd10", events=event_sample_items(events_file))
+    b = build_report(m2, i2, codes="icd10", events=event_sample_items(events_file))
     assert a.encode() == b.encode()
 
 
 def test_png_and_svg_exports(known: SimpleNamespace, events_file: Path, tmp_path: Path) -> None:
-    figs = compute_figures(known.model, events=events_file)
+    figs = compute_figures(known.model, events=event_sample_items(events_file))
     written = export_figures(figs, png_dir=tmp_path / "png", svg_dir=tmp_path / "svg")
     names = sorted(p.name for p in written)
     assert names == sorted(

@@ -482,7 +482,7 @@ def test_engine_and_checkpoint_trees_are_validated(hostile_engines: dict[str, Pa
     script = textwrap.dedent("""
         import json, sys, time
         from pathlib import Path
-        from service.commands.offline import load_snapshot
+        from service.snapshots import load_snapshot
         from streammom import StreamingHierarchy
         from streammom.serialization import SnapshotFormatError
         def outcome(action):

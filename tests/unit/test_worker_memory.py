@@ -189,7 +189,7 @@ def test_readiness_needs_assignment_restore_and_broker(tmp_path: Path) -> None:
                                   "broker": False, "checkpoint": True}
     worker.restore()
     worker.source.poll(1, 0.0)
-    worker._probe_broker()
+    worker.broker.probe(worker.source)
     assert worker.readiness()[0]
 
 
@@ -243,22 +243,3 @@ def test_multi_partition_offsets(tmp_path: Path) -> None:
     assert worker.offsets == ends and worker.store.load().offsets == ends
     assert sorted(_assigned_ids(broker, settings)) == sorted(ids)
     assert worker.metrics.consumer_lag.labels(topic=IN, partition="0")._value.get() == 0
-
-
-def test_assignment_values_match_routing_records() -> None:
-    from service.config import ModelSettings
-    from service.events import EventDecoder
-    from service.worker import assignment_values, build_engine
-
-    cohort = generate_cohort(3000, seed=9)
-    engine = build_engine(ModelSettings(vocabulary_capacity=128, refit_every=1000,
-                                        min_split_weight=100.0, max_leaves=4, max_depth=2))
-    events = EventDecoder().decode_many(list(cohort.event_bytes()))
-    X = engine.vocabulary.transform([e.features() for e in events], binary=True)
-    engine.learn(X)
-    routing = engine.learn(X)
-    assert routing.leaf_ids.max() > 0  # a real tree
-    got = [json.loads(v) for v in assignment_values(events, routing)]
-    want = [{"event_id": e.id, "entity_id": e.entity_id, **r}
-            for e, r in zip(events, routing.records(), strict=True)]
-    assert got == want

@@ -1,0 +1,85 @@
+"""Opening the files the daemon and the batch commands write: model archives, engine snapshots
+and daemon checkpoints — all untrusted input, bounded and validated on read."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from service.checkpoint import decode_checkpoint
+from streammom import StreamingHierarchy
+from streammom.model import HierarchyModel
+from streammom.report import from_engine, model_info
+from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, read_archive
+
+__all__ = ["LoadedSnapshot", "load_for_report", "load_snapshot"]
+
+
+@dataclass
+class LoadedSnapshot:
+    """A snapshot file opened for use: the engine (if any) and its model."""
+
+    kind: str
+    engine: StreamingHierarchy | None
+    model: HierarchyModel
+
+
+def load_snapshot(
+    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> LoadedSnapshot:
+    """Open an engine snapshot, a daemon checkpoint or a bare model archive.
+
+    The file is untrusted: :func:`~streammom.serialization.read_archive` bounds what it may
+    expand to (``max_bytes``, the declared member sizes) and the loaders validate the tree and
+    the arrays against the manifest. Raises :class:`SnapshotFormatError` with a one-line
+    reason (without the path) for anything that is not a valid snapshot, and
+    :class:`OSError` if the file cannot be read.
+    """
+    manifest, arrays = read_archive(path, max_bytes=max_bytes)
+    kind = str(manifest.get("kind"))
+    try:
+        if kind == "hierarchy-model":
+            return LoadedSnapshot(kind, None, HierarchyModel.from_archive(manifest, arrays))
+        if kind == "daemon-checkpoint":
+            del arrays  # decode_checkpoint reads the file again: never hold two copies
+            engine = decode_checkpoint(path).engine()
+            return LoadedSnapshot(kind, engine, engine.model_)
+        engine = StreamingHierarchy.from_archive(manifest, arrays)
+    except SnapshotFormatError:
+        raise
+    except (LookupError, TypeError, ValueError, AttributeError, OverflowError,
+            RecursionError) as exc:
+        raise SnapshotFormatError(f"invalid {kind} snapshot: {exc!r}") from exc
+    return LoadedSnapshot(kind, engine, engine.model_)
+
+
+def load_for_report(
+    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[HierarchyModel, dict[str, Any]]:
+    """``(model, info)`` of a model archive, an engine snapshot or a daemon checkpoint.
+
+    The file is read once, bounded by ``max_bytes`` (see
+    :func:`load_snapshot`). Raises :class:`OSError` for a missing,
+    unreadable or directory path and :class:`SnapshotFormatError` (naming the path) for
+    anything that is not a valid snapshot.
+    """
+    source = Path(path)
+    if source.is_dir():
+        raise IsADirectoryError(f"snapshot is a directory: {source}")
+    if not source.is_file():
+        raise FileNotFoundError(f"snapshot not found: {source}")
+    try:
+        loaded = load_snapshot(source, max_bytes=max_bytes)
+    except (KeyError, TypeError, IndexError, AttributeError, OverflowError,
+            RecursionError) as exc:
+        raise SnapshotFormatError(f"{source}: invalid snapshot: {exc!r}") from exc
+    except SnapshotFormatError as exc:
+        raise SnapshotFormatError(f"{source}: not a streammom snapshot ({exc})") from exc
+    if loaded.engine is None:
+        return loaded.model, model_info(loaded.model, kind=loaded.kind, source=str(source))
+    try:
+        return from_engine(loaded.engine, source=str(source))
+    except ValueError as exc:
+        raise SnapshotFormatError(f"{source}: {exc}") from exc
