@@ -52,7 +52,6 @@ from streammom.estimators import Family
 from streammom.model import (
     HierarchyModel,
     Routing,
-    TreeNode,
 )
 from streammom.moments import (
     MomentAccumulator,
@@ -64,7 +63,7 @@ from streammom.serialization import (
     archive_bytes,
     read_archive,
 )
-from streammom.tree import LeafLayout, Node, leaf_layout, subtree
+from streammom.tree import LeafLayout, Node, leaf_layout, subtree, tree_nodes
 from streammom.vocab import Vocabulary
 
 __all__ = ["ENGINE_SCHEMA_VERSION", "StreamingHierarchy"]
@@ -288,22 +287,7 @@ class StreamingHierarchy(Estimator):
     def _current_model(self) -> HierarchyModel:
         """The tree as it stands now, as an immutable HierarchyModel (true, decayed weights)."""
         assert self.n_features_ is not None
-        scale = self._scale()
-        nodes = []
-        for nid in subtree(self.nodes_, self.root_id_):
-            v = self.nodes_[nid]
-            nodes.append(
-                TreeNode(
-                    node_id=nid,
-                    parent=v.parent,
-                    depth=v.depth,
-                    weight=float(v.acc.weight * scale),
-                    mean=v.acc.first_moment(),
-                    children=tuple(v.children),
-                    router=v.router,
-                    quality=dict(v.quality),
-                )
-            )
+        nodes = tree_nodes(self.nodes_, self.root_id_, self._scale())
         names = self.vocabulary.feature_names if self.vocabulary is not None else None
         return HierarchyModel(
             nodes,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streammom.model import Router
+from streammom.model import Router, TreeNode
 from streammom.moments import MomentAccumulator
 from streammom.reservoir import Reservoir
 from streammom.split import Split
@@ -55,6 +55,19 @@ def subtree(nodes: Mapping[int, Node], node_id: int) -> list[int]:
         v = stack.pop()
         out.append(v)
         stack.extend(reversed(nodes[v].children))
+    return out
+
+
+def tree_nodes(nodes: Mapping[int, Node], root_id: int, scale: float) -> list[TreeNode]:
+    """The live tree as immutable :class:`~streammom.model.TreeNode` records (pre-order), with
+    true weights (stored weight × ``scale``, the decay clock's factor) and M1 as the mean."""
+    out = []
+    for nid in subtree(nodes, root_id):
+        v = nodes[nid]
+        out.append(TreeNode(node_id=nid, parent=v.parent, depth=v.depth,
+                            weight=float(v.acc.weight * scale), mean=v.acc.first_moment(),
+                            children=tuple(v.children), router=v.router,
+                            quality=dict(v.quality)))
     return out
 
 
