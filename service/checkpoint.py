@@ -72,7 +72,7 @@ CHECKPOINT_KIND = "daemon-checkpoint"
 CHECKPOINT_SCHEMA_VERSION = 1
 CHECKPOINT_NAME = "checkpoint.smm"
 PREVIOUS_NAME = "checkpoint.prev.smm"
-_ENGINE_PREFIX = "engine__"
+ENGINE_PREFIX = "engine__"
 _PROBE_NAME = ".streammom-write-probe"
 _PROBE_BYTES = 4096
 
@@ -134,7 +134,7 @@ def encode_checkpoint(
         "counters": dict(counters or {}),
         "engine": manifest,
     }
-    out_arrays = {f"{_ENGINE_PREFIX}{k}": v for k, v in arrays.items()}
+    out_arrays = {f"{ENGINE_PREFIX}{k}": v for k, v in arrays.items()}
     return archive_bytes(out_manifest, out_arrays)
 
 
@@ -158,7 +158,7 @@ def decode_checkpoint(data: bytes | str | os.PathLike[str]) -> Checkpoint:
     if not isinstance(counters, dict):
         raise SnapshotFormatError("checkpoint counters must be an object")
     engine_arrays = {
-        k[len(_ENGINE_PREFIX) :]: v for k, v in arrays.items() if k.startswith(_ENGINE_PREFIX)
+        k[len(ENGINE_PREFIX) :]: v for k, v in arrays.items() if k.startswith(ENGINE_PREFIX)
     }
     if len(engine_arrays) != len(arrays):
         raise SnapshotFormatError("checkpoint has unexpected arrays")

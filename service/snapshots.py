@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.checkpoint import decode_checkpoint
+from service.checkpoint import CHECKPOINT_KIND, ENGINE_PREFIX, decode_checkpoint
 from streammom import StreamingHierarchy
 from streammom.model import HierarchyModel
 from streammom.report import from_engine, model_info
+from streammom.report.loader import from_engine_archive, routing_members
 from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, read_archive
 
 __all__ = ["LoadedSnapshot", "load_for_report", "load_snapshot"]
@@ -60,17 +61,33 @@ def load_for_report(
 ) -> tuple[HierarchyModel, dict[str, Any]]:
     """``(model, info)`` of a model archive, an engine snapshot or a daemon checkpoint.
 
-    The file is read once, bounded by ``max_bytes`` (see
-    :func:`load_snapshot`). Raises :class:`OSError` for a missing,
-    unreadable or directory path and :class:`SnapshotFormatError` (naming the path) for
-    anything that is not a valid snapshot.
+    Model-only: the routing model stored in an engine snapshot or checkpoint is read without
+    inflating a single moment sum (:func:`streammom.report.loader.routing_members`), so
+    ``inspect`` and ``report`` cost what the tree costs, not what the state costs. Files
+    written before models were stored beside the sums are loaded whole
+    (:func:`load_snapshot`). Raises :class:`OSError` for a missing, unreadable or directory
+    path and :class:`SnapshotFormatError` (naming the path) for anything that is not a valid
+    snapshot.
     """
     source = Path(path)
     if source.is_dir():
         raise IsADirectoryError(f"snapshot is a directory: {source}")
     if not source.is_file():
         raise FileNotFoundError(f"snapshot not found: {source}")
+    label = str(source)
     try:
+        manifest, arrays = read_archive(source, max_bytes=max_bytes, select=routing_members)
+        kind = manifest.get("kind")
+        if kind == "hierarchy-model":
+            model = HierarchyModel.from_archive(manifest, arrays)
+            return model, model_info(model, kind=kind, source=label)
+        if kind == CHECKPOINT_KIND and isinstance(manifest.get("engine"), dict):
+            manifest = manifest["engine"]
+            arrays = {k.removeprefix(ENGINE_PREFIX): v for k, v in arrays.items()}
+        if kind in (CHECKPOINT_KIND, "streaming-hierarchy"):
+            stored = from_engine_archive(manifest, arrays, source=label)
+            if stored is not None:
+                return stored
         loaded = load_snapshot(source, max_bytes=max_bytes)
     except (KeyError, TypeError, IndexError, AttributeError, OverflowError,
             RecursionError) as exc:
@@ -78,8 +95,8 @@ def load_for_report(
     except SnapshotFormatError as exc:
         raise SnapshotFormatError(f"{source}: not a streammom snapshot ({exc})") from exc
     if loaded.engine is None:
-        return loaded.model, model_info(loaded.model, kind=loaded.kind, source=str(source))
+        return loaded.model, model_info(loaded.model, kind=loaded.kind, source=label)
     try:
-        return from_engine(loaded.engine, source=str(source))
+        return from_engine(loaded.engine, source=label)
     except ValueError as exc:
         raise SnapshotFormatError(f"{source}: {exc}") from exc

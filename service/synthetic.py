@@ -2,7 +2,8 @@
 
 Nothing here is real patient data: patients, encounters and phenotypes are generated from a
 seeded random number generator. Only the code *vocabulary* is real — ICD-10-CM codes and their
-official descriptions from the ``simple-icd-10-cm`` package — so the clusters read naturally.
+official descriptions (the bundled ICD-10-CM table, :class:`streammom.report.codes.Icd10Names`)
+— so the clusters read naturally.
 
 Hidden structure: three phenotype groups, each split into two phenotypes (a 2-level hierarchy,
 six leaves). Every phenotype is a set of related codes with prevalences; the two phenotypes of a
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 import scipy.sparse as sp
+
+from streammom.report.codes import Icd10Names
 
 __all__ = [
     "BACKGROUND",
@@ -36,6 +38,7 @@ __all__ = [
 
 COHORT_LABEL = "SYNTHETIC cohort (generated; not real patients)"
 _ICD10_CODE = re.compile(r"^[A-Z][0-9][0-9A-Z](\.[0-9A-Z]{1,4})?$")
+_ICD10_NAMES = Icd10Names()
 
 
 @dataclass(frozen=True)
@@ -92,14 +95,7 @@ def code_description(code: str) -> str | None:
     """The ICD-10-CM description of ``code`` (None if it is not an ICD-10-CM code)."""
     if not _ICD10_CODE.match(code):
         return None
-    try:
-        with warnings.catch_warnings():  # the package uses deprecated importlib.resources calls
-            warnings.simplefilter("ignore", DeprecationWarning)
-            import simple_icd_10_cm as cm
-
-            return cm.get_description(code) if cm.is_valid_item(code) else None
-    except (ImportError, ValueError, KeyError):
-        return None
+    return _ICD10_NAMES.exact(code)
 
 
 def all_codes() -> list[str]:

@@ -63,10 +63,13 @@ from streammom.serialization import (
     archive_bytes,
     read_archive,
 )
-from streammom.tree import LeafLayout, Node, leaf_layout, subtree, tree_nodes
+from streammom.tree import LeafLayout, Node, leaf_layout, subtree, tree_nodes, widen_tree
 from streammom.vocab import Vocabulary
 
 __all__ = ["ENGINE_SCHEMA_VERSION", "StreamingHierarchy"]
+
+#: The narrowest state (columns) an engine with a growing vocabulary starts with.
+_MIN_STATE_WIDTH = 64
 
 
 
@@ -249,7 +252,9 @@ class StreamingHierarchy(Estimator):
         self._buffers: PackedBufferPool | None = None  # reused d(d+1)/2 refit temporaries
         self._scratch = ScratchBuffer()  # reused d x d float32 eigen-solve buffer
         self._layout = LeafLayout(np.zeros(1, dtype=np.int64), 1, [])
-        if n_features is not None:
+        if vocabulary is not None:
+            self._init_tree(_state_width(vocabulary, 0, len(vocabulary)))
+        elif n_features is not None:
             self._init_tree(int(n_features))
 
     # ------------------------------------------------------------------ config
@@ -288,7 +293,8 @@ class StreamingHierarchy(Estimator):
         """The tree as it stands now, as an immutable HierarchyModel (true, decayed weights)."""
         assert self.n_features_ is not None
         nodes = tree_nodes(self.nodes_, self.root_id_, self._scale())
-        names = self.vocabulary.feature_names if self.vocabulary is not None else None
+        names = (self.vocabulary.feature_names[: self.n_features_]
+                 if self.vocabulary is not None else None)
         return HierarchyModel(
             nodes,
             n_features=self.n_features_,
@@ -307,13 +313,42 @@ class StreamingHierarchy(Estimator):
 
     # ------------------------------------------------------------------ input
     def _as_matrix(self, X: Any) -> sp.csr_array:
-        if self.vocabulary is not None and looks_like_events(X):
-            X = self.vocabulary.transform(X, binary=self.family == "bernoulli")
+        vocab = self.vocabulary
+        if vocab is not None:
+            if looks_like_events(X):
+                X = vocab.transform(X, binary=self.family == "bernoulli")
+            X = self._columns_in_use(as_csr(X), vocab)
         X = as_csr(X, self.n_features_)
         X.eliminate_zeros()
         if self.n_features_ is None:
             self._init_tree(X.shape[1])
         return X
+
+    def _columns_in_use(self, X: sp.csr_array, vocab: Vocabulary) -> sp.csr_array:
+        """``X`` (the vocabulary's width, or the state's) cut to the state's width, widening
+        the state first when the vocabulary has grown past it (design §3: state sized by the
+        columns in use, grown geometrically up to the vocabulary's capacity)."""
+        d = self.n_features_
+        assert d is not None
+        if X.shape[1] not in (vocab.n_features, d):
+            raise ValueError(f"X has {X.shape[1]} features, expected {vocab.n_features} (the "
+                             f"vocabulary's) or {d} (the columns in use)")
+        used = max(len(vocab), int(X.indices.max()) + 1 if X.nnz else 0)
+        if used > d:
+            self._widen(_state_width(vocab, d, used))
+            d = self.n_features_
+        if X.shape[1] == d:
+            return X
+        out = sp.csr_array((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
+        out.has_sorted_indices = True
+        return out
+
+    def _widen(self, d_new: int) -> None:
+        """Grow the state to ``d_new`` columns (zero sums); routing is unchanged."""
+        widen_tree(self.nodes_, d_new)
+        self.n_features_ = d_new
+        self._buffers = None
+        self._rebuild_model()
 
     def _stored_weights(self, w: np.ndarray, ts: np.ndarray | None) -> np.ndarray:
         """Event weights in the lazily scaled units of the sums (:mod:`streammom.decay`);
@@ -597,3 +632,15 @@ class StreamingHierarchy(Estimator):
     def restore(cls, data: bytes) -> StreamingHierarchy:
         """Inverse of :meth:`snapshot`; continuing the restored engine replays byte for byte."""
         return cls.from_archive(*read_archive(data))
+
+
+def _state_width(vocab: Vocabulary, d: int, used: int) -> int:
+    """The state's width for ``used`` columns: at least 64, doubling (amortised O(1) copies
+    per column), never above the vocabulary's capacity.
+
+    >>> _state_width(Vocabulary(capacity=4096), 64, 65)
+    128
+    >>> _state_width(Vocabulary(capacity=100), 64, 65)
+    100
+    """
+    return min(vocab.n_features, max(used, 2 * d, _MIN_STATE_WIDTH))

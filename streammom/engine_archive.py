@@ -20,25 +20,36 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from streammom.decay import DecayClock
-from streammom.model import MAX_NODE_ID, Router, check_tree
+from streammom.model import MAX_NODE_ID, HierarchyModel, Router, check_tree
 from streammom.moments import MomentAccumulator, packed_size
 from streammom.reservoir import Reservoir
 from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, check_manifest
-from streammom.tree import Node
+from streammom.tree import Node, leaf_layout
 from streammom.vocab import Vocabulary
 
 if TYPE_CHECKING:
     from streammom.engine import StreamingHierarchy
 
-__all__ = ["ENGINE_SCHEMA_VERSION", "check_engine_archive", "engine_from_archive",
-           "engine_to_archive"]
+__all__ = ["ENGINE_SCHEMA_VERSION", "MODEL_PREFIX", "check_engine_archive",
+           "engine_from_archive", "engine_to_archive", "stored_model"]
 
 ENGINE_SCHEMA_VERSION = 1
+#: Engine archives also carry the routing model (manifest ``"model"``, arrays under this
+#: prefix), so readers that need only the tree (``inspect``, ``report``) never inflate sums.
+MODEL_PREFIX = "model."
 
 
 def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Manifest (schema, config, tree, lineage, counters, vocabulary) + arrays."""
+    """Manifest (schema, config, tree, lineage, counters, vocabulary, routing model) + arrays.
+
+    The routing model (``model_``, as of its last rebuild) is stored beside the sums, so
+    model-only readers (:func:`streammom.report.load_model`) read a few small members.
+    """
     arrays: dict[str, np.ndarray] = {}
+    model_manifest = None
+    if eng.model_ is not None:
+        model_manifest, model_arrays = eng.model_.to_archive()
+        arrays.update({f"{MODEL_PREFIX}{k}": v for k, v in model_arrays.items()})
     nodes_meta = []
     for nid in sorted(eng.nodes_):
         v = eng.nodes_[nid]
@@ -88,6 +99,7 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
         "nodes": nodes_meta,
         "lineage": eng.lineage_,
         "vocabulary": None if eng.vocabulary is None else eng.vocabulary.to_archive()[0],
+        "model": model_manifest,
     }
     return manifest, arrays
 
@@ -114,16 +126,18 @@ def engine_from_archive(
     try:
         by_node: dict[str, dict[str, np.ndarray]] = {}
         for key, arr in arrays.items():  # "n12_res_idx" → by_node["n12"]["res_idx"]
+            if key.startswith(MODEL_PREFIX):
+                continue  # the routing model is rebuilt from the sums
             head, sep, tail = key.partition("_")
             if sep:
                 by_node.setdefault(head, {})[tail] = arr
         check_engine_archive(manifest, by_node)
         vocab = (None if manifest.get("vocabulary") is None
                  else Vocabulary.from_archive(manifest["vocabulary"]))
-        if vocab is not None and vocab.n_features != int(manifest["n_features"]):
+        if vocab is not None and not len(vocab) <= int(manifest["n_features"]) <= vocab.n_features:
             raise SnapshotFormatError(
-                f"malformed engine snapshot: the vocabulary has {vocab.n_features} "
-                f"features, the engine {manifest['n_features']}"
+                f"malformed engine snapshot: the engine has {manifest['n_features']} columns, "
+                f"the vocabulary {len(vocab)} tokens and a capacity of {vocab.n_features}"
             )
         cfg = dict(manifest["config"])
         eng = cls(None, vocab, **cfg) if vocab is not None else cls(None, **cfg)
@@ -178,7 +192,20 @@ def engine_from_archive(
         if check_tree(links) != eng.root_id_:
             raise ValueError(f"root_id {eng.root_id_} is not the tree's root")
         eng.nodes_ = nodes
-        eng._rebuild_model()
+        model = stored_model(manifest, arrays)
+        if model is None:
+            eng._rebuild_model()
+        else:  # the model it routed with: a resumed run publishes what an unbroken one does
+            for nid, v in nodes.items():
+                r = model.nodes[nid].router
+                if (r is None) != (v.router is None) or (r is not None and v.router is not None
+                        and not (np.array_equal(r.weights, v.router.weights)
+                                 and np.array_equal(r.bias, v.router.bias)
+                                 and r.absolute == v.router.absolute)):
+                    raise SnapshotFormatError(f"malformed engine snapshot: node {nid}: the "
+                                              "stored model routes differently from the tree")
+            eng.model_ = model
+            eng._layout = leaf_layout(nodes, eng.root_id_)
         return eng
     except SnapshotFormatError:
         raise
@@ -187,8 +214,27 @@ def engine_from_archive(
         raise SnapshotFormatError(f"malformed engine snapshot: {exc!r}") from exc
 
 
+def stored_model(manifest: Mapping[str, Any],
+                 arrays: Mapping[str, np.ndarray]) -> HierarchyModel | None:
+    """The routing model stored in an engine archive (``None`` in archives written before it
+    was stored), checked to describe the archive's tree: same width, same nodes, same links."""
+    meta = manifest.get("model")
+    if meta is None:
+        return None
+    model = HierarchyModel.from_archive(meta, {k[len(MODEL_PREFIX):]: v for k, v in arrays.items()
+                                               if k.startswith(MODEL_PREFIX)})
+    links = {int(m["id"]): (int(m["parent"]), tuple(int(c) for c in m["children"]))
+             for m in manifest["nodes"]}
+    if model.n_features != manifest["n_features"] or links != {
+            nid: (n.parent, tuple(n.children)) for nid, n in model.nodes.items()}:
+        raise SnapshotFormatError("malformed engine snapshot: the stored model does not "
+                                  "describe the engine's tree")
+    return model
+
+
 def check_engine_archive(manifest: Mapping[str, Any],
-                   by_node: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+                         by_node: Mapping[str, Mapping[str, np.ndarray]], *,
+                         sums: bool = True) -> None:
     """Refuse an engine archive whose manifest would make ``from_archive`` allocate beyond
     what the archive holds, before anything is allocated.
 
@@ -197,7 +243,9 @@ def check_engine_archive(manifest: Mapping[str, Any],
     ``state.next_id``; each node's ``s`` (and ``C`` when it has one) present with the shapes
     d implies; each reservoir of width ≤ 2d + 8, and all of them together (``capacity ×
     width`` index/value buffers, allocated on restore but not stored) within
-    :data:`DEFAULT_MAX_BYTES`.
+    :data:`DEFAULT_MAX_BYTES`; the tree (one root — ``state.root_id`` —, links consistent
+    both ways, no cycle). ``sums=False`` (a model-only reader, which has not read the sums)
+    skips the checks of the sums' arrays.
     """
     bad = "malformed engine snapshot: "
     nodes = manifest["nodes"]
@@ -210,19 +258,33 @@ def check_engine_archive(manifest: Mapping[str, Any],
     d = int(manifest["n_features"])
     if d < 2 or packed_size(d) * 8 > DEFAULT_MAX_BYTES:
         raise SnapshotFormatError(bad + f"n_features {d} is out of range")
+    vocab = manifest.get("vocabulary")
+    grows_to = int(vocab["capacity"]) if isinstance(vocab, dict) and "capacity" in vocab else d
+    if packed_size(grows_to) * 8 > DEFAULT_MAX_BYTES:  # the state grows up to the capacity
+        raise SnapshotFormatError(bad + f"vocabulary capacity {grows_to} is out of range")
     capacity = int(manifest["config"]["reservoir_size"])
     ids = [int(meta["id"]) for meta in nodes]
     if len(set(ids)) != len(ids) or not all(0 <= i <= MAX_NODE_ID for i in ids):
         raise SnapshotFormatError(bad + f"node ids must be distinct, in [0, {MAX_NODE_ID}]")
     if ids and int(manifest["state"]["next_id"]) <= max(ids):
         raise SnapshotFormatError(bad + "state.next_id is not above every node id")
+    links = {nid: (int(meta["parent"]), [int(c) for c in meta["children"]])
+             for nid, meta in zip(ids, nodes, strict=True)}
+    try:
+        root = check_tree(links) if links else int(manifest["state"]["root_id"])
+    except ValueError as exc:
+        raise SnapshotFormatError(bad + str(exc)) from exc
+    if root != int(manifest["state"]["root_id"]):
+        raise SnapshotFormatError(bad + f"root_id {manifest['state']['root_id']} is not the "
+                                  "tree's root")
     reservoir_bytes = capacity * (8 * 12 + 4)  # the root a vocabulary's constructor makes
     for nid, meta in zip(ids, nodes, strict=True):
         sub = by_node.get(f"n{nid}", {})
         acc, res = meta["acc"], meta["reservoir"]
         s, C = sub.get("s"), sub.get("C")
-        if (int(acc["n_features"]) != d or s is None or s.shape != (d,)
-                or (acc["has_C"] and (C is None or C.shape != (packed_size(d),)))):
+        if int(acc["n_features"]) != d or (sums and (
+                s is None or s.shape != (d,)
+                or (acc["has_C"] and (C is None or C.shape != (packed_size(d),))))):
             raise SnapshotFormatError(bad + f"node {nid}: sums do not match n_features {d}")
         width, rows = int(res["width"]), int(res["capacity"])
         if int(res["n_features"]) != d or rows < 1 or not 0 <= width <= 2 * d + 8:

@@ -52,6 +52,7 @@ __all__ = [
     "rotate_packed_third",
     "row_sums",
     "unpack_symmetric",
+    "widen_packed",
 ]
 
 def packed_size(d: int) -> int:
@@ -84,6 +85,22 @@ def pack_symmetric(A: np.ndarray) -> np.ndarray:
     A = np.asarray(A, dtype=np.float64)
     a, b = _triu(A.shape[0])
     return A[a, b]
+
+
+def widen_packed(packed: np.ndarray, d: int, d_new: int) -> np.ndarray:
+    """The packed upper triangle of the (d_new, d_new) matrix whose top-left d × d block is
+    ``packed`` and whose new rows and columns are zero. O(d_new²) (one pass of row copies).
+
+    >>> widen_packed(np.array([1.0, 2.0, 3.0]), 2, 3).tolist()
+    [1.0, 2.0, 0.0, 3.0, 0.0, 0.0]
+    """
+    if d_new < d:
+        raise ValueError(f"cannot narrow a packed matrix from {d} to {d_new}")
+    out = np.zeros(packed_size(d_new), dtype=packed.dtype)
+    old, new = _row_offsets(d), _row_offsets(d_new)  # entry (i, j ≥ i) is at offsets[i] + j
+    for i in range(d):
+        out[new[i] + i : new[i] + d] = packed[old[i] + i : old[i] + d]
+    return out
 
 
 def unpack_symmetric(packed: np.ndarray, d: int) -> np.ndarray:
@@ -352,6 +369,24 @@ class MomentAccumulator:
         if second and self.C is not None:
             _kernels.add_packed_gram(self.C, _row_offsets(d), X.indptr, X.indices, X.data, w,
                                      start, stop)
+
+    def widen(self, d_new: int, *, C: bool = True) -> None:
+        """Grow to ``d_new`` features whose sums are all zero (new vocabulary columns): s, C
+        (``C=False`` leaves C to the caller), the basis P (zero rows: still orthonormal) and T
+        (zero rows: no event has touched the new columns). Exact; O(d_new² + d_new·m²)."""
+        d = self.n_features
+        if d_new == d:
+            return
+        if d_new < d:
+            raise ValueError(f"cannot narrow an accumulator from {d} to {d_new} features")
+        self.s = np.concatenate([self.s, np.zeros(d_new - d)])
+        if C and self.C is not None:
+            self.C = widen_packed(self.C, d, d_new)
+        if self.basis is not None:
+            self.basis = np.vstack([self.basis, np.zeros((d_new - d, self.basis.shape[1]))])
+        if self.T is not None:
+            self.T = np.vstack([self.T, np.zeros((d_new - d, self.T.shape[1]))])
+        self.n_features = d_new
 
     def _third_increment(self, X: sp.csr_array, w: np.ndarray) -> np.ndarray:
         """Xᵀ F, F row i = w_i packed(z_i z_iᵀ), z = Pᵀ x_i."""

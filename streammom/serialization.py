@@ -16,7 +16,7 @@ import re
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -105,9 +105,16 @@ def archive_bytes(
 
 
 def read_archive(
-    source: bytes | str | os.PathLike[str], *, max_bytes: int = _DEFAULT_MAX_BYTES
+    source: bytes | str | os.PathLike[str],
+    *,
+    max_bytes: int = _DEFAULT_MAX_BYTES,
+    select: Callable[[str], bool] | None = None,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read an archive written by :func:`archive_bytes` (bytes or a path).
+
+    ``select(name)`` chooses the arrays to read (default: all); the others are neither
+    inflated nor counted against ``max_bytes`` (every member's ZIP entry is still checked), and
+    a file is read member by member, so a selective read costs what it selects.
 
     Archives are data from outside, so nothing is trusted before it is checked:
 
@@ -141,12 +148,12 @@ def read_archive(
         if size > max_bytes + max_bytes // 64 + (1 << 20):
             raise SnapshotFormatError(f"file is {size} bytes > limit {max_bytes}")
     try:
-        raw = source if isinstance(source, bytes) else Path(source).read_bytes()
+        handle = io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")  # noqa: SIM115
     except IsADirectoryError as exc:
         raise SnapshotFormatError(f"{source} is a directory, not a snapshot") from exc
     try:
-        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
-            return _read_members(zf, max_bytes)
+        with handle, zipfile.ZipFile(handle) as zf:
+            return _read_members(zf, max_bytes, select)
     except SnapshotFormatError:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
@@ -163,7 +170,7 @@ _JSON_NESTING = re.compile(rb'[\[\]{}]|"(?:[^"\\]|\\.)*"')
 
 
 def _read_members(
-    zf: zipfile.ZipFile, max_bytes: int
+    zf: zipfile.ZipFile, max_bytes: int, select: Callable[[str], bool] | None = None
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     infos = zf.infolist()
     names = [i.filename for i in infos]
@@ -171,6 +178,13 @@ def _read_members(
         raise SnapshotFormatError("archive has duplicate members")
     for info in infos:
         _check_entry(info)
+        name = info.filename
+        if name != MANIFEST_MEMBER and (not name.endswith(".npy") or "/" in name
+                                        or "\\" in name or name.startswith(".")):
+            raise SnapshotFormatError(f"unexpected archive member {name!r}")
+    if select is not None:
+        infos = [i for i in infos
+                 if i.filename == MANIFEST_MEMBER or select(i.filename.removesuffix(".npy"))]
     total = sum(i.file_size for i in infos)
     if total > max_bytes:
         raise SnapshotFormatError(f"archive expands to {total} bytes > limit {max_bytes}")
@@ -182,8 +196,6 @@ def _read_members(
         name = info.filename
         if name == MANIFEST_MEMBER:
             continue
-        if not name.endswith(".npy") or "/" in name or "\\" in name or name.startswith("."):
-            raise SnapshotFormatError(f"unexpected archive member {name!r}")
         arrays[name[:-4]] = _read_array(zf, info)
     return manifest, arrays
 

@@ -23,7 +23,7 @@ from streammom.reservoir import Reservoir
 from streammom.split import Split
 
 __all__ = ["LeafLayout", "Node", "Plan", "Prune", "Resplit", "Stale", "Update", "leaf_layout",
-           "subtree"]
+           "subtree", "tree_nodes", "widen_tree"]
 
 
 @dataclass
@@ -56,6 +56,24 @@ def subtree(nodes: Mapping[int, Node], node_id: int) -> list[int]:
         out.append(v)
         stack.extend(reversed(nodes[v].children))
     return out
+
+
+def widen_tree(nodes: Mapping[int, Node], d_new: int) -> None:
+    """Grow every node to ``d_new`` features (new vocabulary columns, all sums zero).
+
+    Exact: no event has touched the new columns, so their moments are zero, and a router's
+    weight on them is zero for both children — the routing of every row is unchanged (a MAP
+    router would give both children the same floored weight there, which cancels in s₁ − s₀).
+    """
+    for v in nodes.values():
+        d = v.acc.n_features
+        v.acc.widen(d_new)
+        v.reservoir.n_features = d_new
+        if v.router is not None:
+            weights = np.hstack([v.router.weights, np.zeros((2, d_new - d))])
+            v.router = Router(weights, v.router.bias, v.router.absolute)
+        if v.discriminators is not None:
+            v.discriminators = np.hstack([v.discriminators, np.zeros((2, d_new - d))])
 
 
 def tree_nodes(nodes: Mapping[int, Node], root_id: int, scale: float) -> list[TreeNode]:

@@ -2,9 +2,10 @@
 
 A *code map* is anything with a ``name(code) -> str | None`` method. Three are provided:
 
-* :class:`Icd10Names` — ICD-10-CM descriptions from the ``simple-icd-10-cm`` package (a core
-  dependency). Dotted (``I50.9``) and undotted (``I509``) codes both work; a code the package
-  does not know falls back to its closest known ancestor (``I509Z`` → ``I50.9``).
+* :class:`Icd10Names` — ICD-10-CM descriptions from the bundled table (built from the
+  ``simple-icd-10-cm`` package, ``data/README.md``). Dotted (``I50.9``) and undotted (``I509``)
+  codes both work; a code the table does not know falls back to its closest known ancestor
+  (``I509Z`` → ``I50.9``).
 * :class:`CsvNames` — a ``code,name`` CSV file (optional header). Lookup ignores case and dots
   and falls back to the longest known prefix of at least three characters, so a 3-digit
   ICD-9 category map (``428,Heart failure``) also names ``428.0`` and ``4281``.
@@ -46,6 +47,7 @@ _ICD9_SHAPE = re.compile(
     r"^([0-9]{3}(\.?[0-9]{1,2})?|V[0-9]{2}(\.?[0-9]{1,2})?|E[0-9]{3}(\.?[0-9])?)$"
 )
 _ICD9_TABLE = "icd9cm_names.csv.gz"
+_ICD10_TABLE = "icd10cm_names.csv.gz"
 
 
 @runtime_checkable
@@ -123,35 +125,59 @@ class CsvNames(DictNames):
 
 
 class Icd10Names:
-    """ICD-10-CM descriptions from ``simple-icd-10-cm`` (dotted or undotted codes).
+    """ICD-10-CM descriptions from the bundled table (dotted or undotted codes).
+
+    Every item of the CMS tables (chapters, blocks, categories, subcategories; built from
+    ``simple-icd-10-cm`` by ``tools/make_icd10_names.py``); a code not in it falls back to
+    its closest named ancestor (``I50.99`` → ``I50.9``). The table is read on first use.
 
     >>> Icd10Names().name("I509")
     'Heart failure, unspecified'
     """
 
     def __init__(self) -> None:
-        import simple_icd_10_cm as cm  # lazy: loads the ICD-10-CM tables on first use
-
-        self._cm = cm
+        self._names: dict[str, str] | None = None
         self._cache: dict[str, str | None] = {}
+
+    def _table(self) -> dict[str, str]:
+        if self._names is None:
+            from importlib.resources import files
+
+            resource = files("streammom.report").joinpath("data", _ICD10_TABLE)
+            text = gzip.decompress(resource.read_bytes()).decode("utf-8")
+            rows = csv.reader(io.StringIO(text, newline=""))
+            next(rows)  # code,name header
+            self._names = {code: name for code, name in rows}
+        return self._names
 
     def name(self, code: str) -> str | None:
         if code not in self._cache:
             self._cache[code] = self._lookup(code)
         return self._cache[code]
 
+    def exact(self, code: str) -> str | None:
+        """The description of ``code`` itself (dotted or undotted), no ancestor fallback.
+
+        >>> Icd10Names().exact("I509Z") is None, Icd10Names().exact("I509")
+        (True, 'Heart failure, unspecified')
+        """
+        table = self._table()
+        raw = code.strip().upper()
+        key = raw.replace(".", "")
+        return table.get(raw) or (table.get(f"{key[:3]}.{key[3:]}") if len(key) > 3 else None)
+
     def _lookup(self, code: str) -> str | None:
-        cm = self._cm
+        table = self._table()
         raw = code.strip().upper()
         if not raw:
             return None
-        if cm.is_valid_item(raw):
-            return str(cm.get_description(raw))
+        if raw in table:
+            return table[raw]
         key = raw.replace(".", "")
         while len(key) >= _MIN_PREFIX:
             for candidate in (key, f"{key[:3]}.{key[3:]}" if len(key) > 3 else key):
-                if cm.is_valid_item(candidate):
-                    return str(cm.get_description(candidate))
+                if candidate in table:
+                    return table[candidate]
             key = key[:-1]
         return None
 

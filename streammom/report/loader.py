@@ -3,9 +3,12 @@
 Two archive kinds are accepted (both JSON manifest + ``.npy`` members, never pickle):
 
 * ``"hierarchy-model"`` — a published :class:`~streammom.model.HierarchyModel`;
-* ``"streaming-hierarchy"`` — a streaming-engine snapshot, restored with
-  :meth:`streammom.engine.StreamingHierarchy.from_archive` (imported lazily) to read its current
-  model, lineage of splits, number of events seen and last refit time.
+* ``"streaming-hierarchy"`` — a streaming-engine snapshot. Its routing model (stored beside
+  the sums, :func:`streammom.engine_archive.stored_model`), lineage of splits, number of events
+  seen and last refit time are read without inflating a single moment sum
+  (:func:`routing_members`; the manifest and the tree are still checked); a snapshot written
+  before models were stored in it is restored with
+  :meth:`streammom.engine.StreamingHierarchy.from_archive` instead.
 
 Anything else raises :class:`~streammom.serialization.SnapshotFormatError` with a message that
 says what was found and what was expected.
@@ -16,18 +19,41 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from streammom.engine_archive import (
+    ENGINE_SCHEMA_VERSION,
+    check_engine_archive,
+    stored_model,
+)
 from streammom.model import HierarchyModel
-from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, read_archive
+from streammom.serialization import (
+    DEFAULT_MAX_BYTES,
+    SnapshotFormatError,
+    check_manifest,
+    read_archive,
+)
 
-__all__ = ["ACCEPTED_KINDS", "from_engine", "load_model", "model_info"]
+__all__ = ["ACCEPTED_KINDS", "from_engine", "from_engine_archive", "load_model", "model_info",
+           "routing_members"]
 
 ACCEPTED_KINDS = ("hierarchy-model", "streaming-hierarchy")
+_NODE_SUMS = re.compile(r"^(?:[a-z]+__)?n\d+_")
+
+
+def routing_members(name: str) -> bool:
+    """True for the archive arrays a model-only reader needs: everything but an engine
+    node's sums (``n12_C``, ``engine__n12_T``, …).
+
+    >>> [routing_members(n) for n in ("means", "model.means", "n3_C", "engine__n3_s")]
+    [True, True, False, False]
+    """
+    return _NODE_SUMS.match(name) is None
 
 
 def load_model(
@@ -57,7 +83,7 @@ def load_model(
             raise FileNotFoundError(f"snapshot not found: {raw}")
         label = str(raw)
     try:
-        manifest, arrays = read_archive(raw, max_bytes=max_bytes)
+        manifest, arrays = read_archive(raw, max_bytes=max_bytes, select=routing_members)
     except SnapshotFormatError as exc:
         raise SnapshotFormatError(f"{label}: not a streammom snapshot ({exc})") from exc
     kind = manifest.get("kind")
@@ -74,6 +100,13 @@ def load_model(
         except ValueError as exc:  # tree validation
             raise SnapshotFormatError(f"{label}: invalid hierarchy model: {exc}") from exc
         return model, model_info(model, kind=kind, source=label)
+    stored = from_engine_archive(manifest, arrays, source=label)
+    if stored is not None:
+        return stored
+    try:
+        manifest, arrays = read_archive(raw, max_bytes=max_bytes)  # an older snapshot: all sums
+    except SnapshotFormatError as exc:
+        raise SnapshotFormatError(f"{label}: not a streammom snapshot ({exc})") from exc
     try:
         from streammom.engine import StreamingHierarchy  # lazy: the report needs no engine
     except ImportError as exc:  # pragma: no cover - the engine ships with the library
@@ -116,6 +149,34 @@ def from_engine(engine: Any, *, source: str = "<engine>") -> tuple[HierarchyMode
     lineage = getattr(engine, "lineage_", None)
     if lineage is not None:
         info["lineage"] = [_record(r) for r in lineage]
+    return model, info
+
+
+def from_engine_archive(
+    manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *, source: str
+) -> tuple[HierarchyModel, dict[str, Any]] | None:
+    """``(model, info)`` of an engine archive from its stored routing model and manifest —
+    what :func:`from_engine` gives for the engine it holds, without its sums; ``None`` for an
+    archive written before the model was stored in it (restore the engine instead)."""
+    if manifest.get("model") is None:
+        return None
+    try:
+        check_manifest(manifest, kind="streaming-hierarchy", schema_version=ENGINE_SCHEMA_VERSION,
+                       what="engine snapshot")
+        check_engine_archive(manifest, {}, sums=False)
+        model = stored_model(manifest, arrays)
+        assert model is not None
+        state = manifest["state"]
+        info = model_info(model, kind="streaming-hierarchy", source=source)
+        info["events_seen"] = int(state["n_events_seen"])
+        refit = state.get("last_refit_time")
+        if refit is not None and math.isfinite(float(refit)):
+            info["last_refit_time"] = float(refit)
+        info["lineage"] = [_record(r) for r in manifest.get("lineage") or []]
+    except SnapshotFormatError as exc:
+        raise SnapshotFormatError(f"{source}: {exc}") from exc
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError) as exc:
+        raise SnapshotFormatError(f"{source}: invalid streaming-engine snapshot: {exc}") from exc
     return model, info
 
 

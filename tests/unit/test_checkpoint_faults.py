@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from service.commands.produce import produce_sample
 from service.config import Settings
 from service.memory_transport import MemoryBroker
 from service.worker import Worker
-from streammom.serialization import archive_bytes, read_archive
+from streammom.serialization import SnapshotFormatError, archive_bytes, read_archive
 
 runner = CliRunner()
 
@@ -202,12 +203,36 @@ def test_run_refuses_to_start_when_no_checkpoint_is_valid(tmp_path: Path) -> Non
     assert not out.exists() or out.read_text() == ""  # nothing (re)produced
 
 
-def test_inspect_flipped_checkpoint_is_a_clean_error(tmp_path: Path) -> None:
+def _flip_member(path: Path, member: str, n: int = 16) -> None:
+    """Flip ``n`` bytes in the middle of one archive member's stored data."""
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(member)
+    raw = bytearray(path.read_bytes())
+    name_len = int.from_bytes(raw[info.header_offset + 26: info.header_offset + 28], "little")
+    extra_len = int.from_bytes(raw[info.header_offset + 28: info.header_offset + 30], "little")
+    start = info.header_offset + 30 + name_len + extra_len + info.compress_size // 2
+    raw[start : start + n] = bytes(b ^ 0xFF for b in raw[start : start + n])
+    path.write_bytes(bytes(raw))
+
+
+def test_inspect_of_a_checkpoint_with_a_damaged_model_is_a_clean_error(tmp_path: Path) -> None:
+    """``inspect`` reads the routing model stored in the checkpoint (never the sums, issue
+    #14): damage there is one error line and exit 2."""
     worker = _written(tmp_path)[2]
-    _flip_middle(worker.store.path)
+    _flip_member(worker.store.path, "engine__model.means.npy")
     result = runner.invoke(app, ["inspect", str(worker.store.path)])
     assert result.exit_code == 2, (result.output, result.exception)
     assert "error:" in result.output and "Traceback" not in result.output
+
+
+def test_damaged_sums_are_refused_on_restore_not_shown_as_state(tmp_path: Path) -> None:
+    """Damage in the sums is not read by ``inspect`` (it shows the intact routing model) but
+    is caught when the state is restored: the damaged file is never used as state."""
+    worker = _written(tmp_path)[2]
+    _flip_member(worker.store.path, "engine__n0_C.npy")
+    assert runner.invoke(app, ["inspect", str(worker.store.path)]).exit_code == 0
+    with pytest.raises(SnapshotFormatError):
+        decode_checkpoint(worker.store.path).engine()
 
 
 # --------------------------------------------------------------------------- item 7

@@ -80,7 +80,7 @@ def test_model_assigner_widens_rows_to_the_model() -> None:
     vocab, route = model_assigner(model)
     X = events_matrix(vocab, events, binary=True)
     assert X.shape[1] <= model.n_features
-    np.testing.assert_array_equal(route(X).leaf_ids, engine.model_.route(
+    np.testing.assert_array_equal(route(X).leaf_ids, engine.assign(
         events_matrix(engine.vocabulary, events, binary=True)).leaf_ids)
 
 
