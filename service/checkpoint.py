@@ -135,7 +135,10 @@ def encode_checkpoint(
         "engine": manifest,
     }
     out_arrays = {f"{ENGINE_PREFIX}{k}": v for k, v in arrays.items()}
-    return archive_bytes(out_manifest, out_arrays)
+    # no deflate on the loop (issue #14): the second-order sums are stored sparse when they
+    # are (moments.packed_archive), and what remains (tracked third-order sums, reservoirs) is
+    # dense floats that deflate would halve at ~5x the cost of writing them
+    return archive_bytes(out_manifest, out_arrays, compresslevel=0)
 
 
 def decode_checkpoint(data: bytes | str | os.PathLike[str]) -> Checkpoint:

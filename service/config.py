@@ -313,6 +313,14 @@ class WorkerSettings(_Section):
     )
     heartbeat_timeout_s: float = Field(default=60.0, gt=0, description="/healthz staleness")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    blas_threads: int = Field(
+        default=1, ge=1,
+        description=(
+            "threads of the BLAS/OpenMP pools while the worker runs (threadpoolctl): refits "
+            "are BLAS, and on a few cores more threads fight the loop and the Kafka client's "
+            "IO thread (oversubscription) instead of speeding the refit up"
+        ),
+    )
 
 
 class ReportSettings(_Section):

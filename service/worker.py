@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from service.aligned_blocks import AlignedBlocks
 from service.broker_status import BrokerStatus
 from service.checkpoint import CheckpointStore, NoValidCheckpointError
@@ -292,7 +294,14 @@ class Worker:
 
     # ------------------------------------------------------------------ loop
     def run(self, *, max_batches: int | None = None) -> int:
-        """Run until stopped (or idle, or ``max_batches``); returns the process exit code."""
+        """Run until stopped (or idle, or ``max_batches``); returns the process exit code.
+
+        The BLAS/OpenMP pools are limited to ``worker.blas_threads`` meanwhile (threadpoolctl).
+        """
+        with threadpool_limits(limits=self.settings.worker.blas_threads):
+            return self._run(max_batches)
+
+    def _run(self, max_batches: int | None) -> int:
         if not self.restored:
             try:
                 self.restore()

@@ -282,9 +282,10 @@ def check_engine_archive(manifest: Mapping[str, Any],
         sub = by_node.get(f"n{nid}", {})
         acc, res = meta["acc"], meta["reservoir"]
         s, C = sub.get("s"), sub.get("C")
+        dense_ok = C is not None and C.shape == (packed_size(d),)
+        sparse_ok = C is None and sub.get("C_at") is not None and sub.get("C_val") is not None
         if int(acc["n_features"]) != d or (sums and (
-                s is None or s.shape != (d,)
-                or (acc["has_C"] and (C is None or C.shape != (packed_size(d),))))):
+                s is None or s.shape != (d,) or (acc["has_C"] and not (dense_ok or sparse_ok)))):
             raise SnapshotFormatError(bad + f"node {nid}: sums do not match n_features {d}")
         width, rows = int(res["width"]), int(res["capacity"])
         if int(res["n_features"]) != d or rows < 1 or not 0 <= width <= 2 * d + 8:

@@ -243,3 +243,31 @@ def test_multi_partition_offsets(tmp_path: Path) -> None:
     assert worker.offsets == ends and worker.store.load().offsets == ends
     assert sorted(_assigned_ids(broker, settings)) == sorted(ids)
     assert worker.metrics.consumer_lag.labels(topic=IN, partition="0")._value.get() == 0
+
+
+def test_the_worker_limits_the_blas_pools_while_it_runs(tmp_path: Path) -> None:
+    """``worker.blas_threads`` bounds every BLAS/OpenMP pool during the run (refits would
+    otherwise oversubscribe a small machine) and the process's pools are restored after."""
+    from threadpoolctl import threadpool_info
+
+    from service.config import build_engine
+
+    def pools() -> list[int]:
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] in ("blas", "openmp")]
+
+    before = pools()
+    assert before  # numpy/scipy's BLAS is loaded
+    seen: list[list[int]] = []
+    settings = small_settings(tmp_path, worker={"blas_threads": 1})
+    broker = MemoryBroker()
+    broker.create_topic(IN)
+
+    def factory():
+        seen.append(pools())
+        return build_engine(settings.model)
+
+    worker = Worker(settings, MemorySource(broker, IN), MemorySink(broker),
+                    engine_factory=factory, exit_when_idle=True)
+    assert worker.run() == 0
+    assert seen and all(n == 1 for n in seen[0])
+    assert pools() == before
