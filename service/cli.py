@@ -1,7 +1,13 @@
-"""The ``streammom`` command line (typer)."""
+"""The ``streammom`` command line (typer).
+
+One error layer (:func:`main`): a user mistake — a missing or unreadable file, a port in use,
+an invalid configuration or snapshot — is one ``error: …`` line and exit status 2; anything
+else is one ``error: internal error …`` line and exit 1. ``--debug`` shows the traceback.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -9,7 +15,9 @@ import typer
 
 from streammom import __version__
 
-app = typer.Typer(no_args_is_help=True, help="streammom: streaming method-of-moments clustering.")
+app = typer.Typer(no_args_is_help=True, help="streammom: streaming method-of-moments clustering.",
+                  rich_markup_mode=None, pretty_exceptions_enable=False)
+_DEBUG = {"on": False}
 
 
 def _print_version(value: bool) -> None:
@@ -26,8 +34,10 @@ def _root(
             "--version", callback=_print_version, is_eager=True, help="Print the version."
         ),
     ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
 ) -> None:
     """streammom: streaming method-of-moments clustering."""
+    _DEBUG["on"] = debug
 
 
 @app.command()
@@ -60,7 +70,8 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a setting: section.key=value (repeatable)."),
 ]
-config_app = typer.Typer(no_args_is_help=True, help="Inspect the resolved configuration.")
+config_app = typer.Typer(no_args_is_help=True, help="Inspect the resolved configuration.",
+                         rich_markup_mode=None, pretty_exceptions_enable=False)
 app.add_typer(config_app, name="config")
 
 
@@ -185,7 +196,8 @@ def demo(
 @app.command()
 def produce_sample(
     events: Annotated[int, typer.Option(min=1, help="Number of valid events.")] = 10_000,
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap HOST:PORT.")] = None,
+    bootstrap: Annotated[str | None, typer.Option(
+        "--bootstrap-servers", "--bootstrap", help="Kafka bootstrap HOST:PORT.")] = None,
     topic: Annotated[str, typer.Option(help="Kafka topic.")] = "streammom.events",
     output: Annotated[str | None, typer.Option(help="Write JSONL here instead ('-' = stdout).")
                       ] = None,
@@ -193,15 +205,19 @@ def produce_sample(
     seed: Annotated[int, typer.Option()] = 0,
     malformed_every: Annotated[int, typer.Option(
         min=0, help="Insert a malformed message after every N events (0 = never).")] = 0,
+    timeout: Annotated[float, typer.Option(
+        min=0.1, help="Seconds to wait for the broker (first contact, acknowledgements).")
+    ] = 30.0,
 ) -> None:
     """Produce synthetic encounter events (SYNTHETIC cohort) to Kafka or a file."""
     from service.commands.produce import produce_sample as produce
 
     if output is None and bootstrap is None:
-        typer.echo("give --bootstrap (Kafka) or --output (file)", err=True)
+        typer.echo("error: give --bootstrap-servers (Kafka) or --output (file)", err=True)
         raise typer.Exit(2)
     n = produce(events=events, topic=topic, bootstrap=bootstrap, output=output, rate=rate,
-                seed=seed, malformed_every=malformed_every)
+                seed=seed, malformed_every=malformed_every, timeout_s=timeout,
+                progress=sys.stderr.isatty() and output != "-")
     typer.echo(f"produced {n} messages", err=True)
 
 
@@ -253,6 +269,36 @@ def config_show(
     typer.echo(dump_settings(_settings(config, sets), fmt))  # type: ignore[arg-type]
 
 
+def _one_line(exc: BaseException) -> str:
+    """The error as one line: the message (a file error names its file), whitespace folded."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        text = f"{exc.strerror}: {exc.filename}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def _is_user_mistake(exc: BaseException) -> bool:
+    from service.config import ConfigError
+    from streammom.serialization import SnapshotFormatError
+
+    return isinstance(exc, OSError | ConfigError | SnapshotFormatError | UnicodeDecodeError)
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: the one error layer (module docstring)."""
+    try:
+        app()  # standalone: usage errors, --help and exit codes are click's (SystemExit)
+    except Exception as exc:
+        if _DEBUG["on"]:
+            raise
+        if _is_user_mistake(exc):
+            print(f"error: {_one_line(exc)}", file=sys.stderr)
+            sys.exit(2)
+        print(f"error: internal error: {type(exc).__name__}: {_one_line(exc)} "
+              "(run with --debug for the traceback)", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -313,6 +313,10 @@ class WorkerSettings(_Section):
     )
     heartbeat_timeout_s: float = Field(default=60.0, gt=0, description="/healthz staleness")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["auto", "json", "console"] = Field(
+        default="auto",
+        description="json for log collectors, console for people; auto: console on a terminal",
+    )
     blas_threads: int = Field(
         default=1, ge=1,
         description=(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from service.commands.streams import binary_stream
 from service.config import KafkaSettings
@@ -44,58 +46,106 @@ def produce_sample(
     seed: int = 0,
     malformed_every: int = 0,
     kafka: KafkaSettings | None = None,
+    timeout_s: float = 30.0,
+    progress: bool = False,
 ) -> int:
     """Send the sample to Kafka (``bootstrap`` + ``topic``) or write it to ``output``
     (``-`` = stdout). ``rate`` limits events/s (0 = as fast as possible). Returns the count.
 
     The producer uses the ``[kafka]`` settings of ``kafka`` — by default the daemon's resolved
     configuration (``$STREAMMOM_CONFIG``, ``STREAMMOM_KAFKA__*``), so TLS/SASL settings apply
-    to it too — with ``bootstrap`` as the bootstrap servers."""
+    to it too — with ``bootstrap`` as the bootstrap servers. A broker that does not answer
+    within ``timeout_s`` (first contact, and each wait for acknowledgements) is a
+    :class:`ConnectionError` naming the address, not minutes of silent retries."""
+    messages = sample_messages(events, seed=seed, malformed_every=malformed_every)
+    total = events + (events // malformed_every if malformed_every > 0 else 0)
+    with _progress(progress, total) as advance:
+        if output is not None:
+            with binary_stream(output, "wb") as out:
+                return _send(messages, lambda k, v: out.write(v + b"\n"), rate, advance)
+        if bootstrap is None or topic is None:
+            raise ValueError("give --bootstrap-servers and --topic, or --output")
+        from service.kafka_clients import verify_connection
+        from service.kafka_sink import KafkaSink
+        from service.transport import TransportError
+
+        settings = _sample_kafka_settings(bootstrap, kafka, timeout_s)
+        unreachable = (f"cannot reach Kafka at {bootstrap} within {timeout_s:g} s (is the broker "
+                       "running? check --bootstrap-servers and the [kafka] settings)")
+        try:
+            verify_connection(settings)
+        except TransportError as exc:
+            raise ConnectionError(f"{unreachable}: {exc}") from exc
+        sink = KafkaSink(settings)
+        deadline_s = timeout_s
+
+        def send(key: bytes | None, value: bytes) -> None:
+            sink.produce(topic, key, value)
+
+        try:
+            sent = _send(messages, send, rate, advance,
+                         every=5000, flush=lambda: _flush(sink, deadline_s, unreachable))
+            _flush(sink, deadline_s, unreachable)
+        finally:
+            sink.close()
+        return sent
+
+
+def _send(messages: Iterator[tuple[bytes | None, bytes]], send: Any, rate: float,
+          advance: Any, *, every: int = 0, flush: Any = None) -> int:
     sent = 0
     start = time.monotonic()
-    if output is not None:
-        with binary_stream(output, "wb") as out:
-            for _, value in sample_messages(events, seed=seed, malformed_every=malformed_every):
-                out.write(value + b"\n")
-                sent += 1
-                _pace(start, sent, rate)
-        return sent
-    if bootstrap is None or topic is None:
-        raise ValueError("give --bootstrap and --topic, or --output")
-    from service.kafka_sink import KafkaSink
-    from service.transport import TransportError
-
-    sink = KafkaSink(_sample_kafka_settings(bootstrap, kafka))
-    try:
-        for key, value in sample_messages(events, seed=seed, malformed_every=malformed_every):
-            sink.produce(topic, key, value)
-            sent += 1
-            if sent % 5000 == 0:
-                _flush_retry(sink, TransportError)
-            _pace(start, sent, rate)
-        _flush_retry(sink, TransportError)
-    finally:
-        sink.close()
+    for key, value in messages:
+        send(key, value)
+        sent += 1
+        if flush is not None and sent % every == 0:
+            flush()
+        advance()
+        _pace(start, sent, rate)
     return sent
 
 
-def _sample_kafka_settings(bootstrap: str, kafka: KafkaSettings | None) -> KafkaSettings:
+@contextmanager
+def _progress(enabled: bool, total: int) -> Iterator[Any]:
+    """A rich progress bar on stderr (``enabled``), yielding a one-step ``advance``."""
+    if not enabled:
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("[bold]produce"), BarColumn(), MofNCompleteColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("produce", total=total)
+        yield lambda: bar.advance(task)
+
+
+def _sample_kafka_settings(bootstrap: str, kafka: KafkaSettings | None,
+                           timeout_s: float = 30.0) -> KafkaSettings:
     """The producer's settings: ``kafka`` (default: the resolved configuration's ``[kafka]``,
-    for its security settings) with ``bootstrap``, a 20 ms linger and its own client id."""
+    for its security settings) with ``bootstrap``, a 20 ms linger, its own client id and
+    ``timeout_s`` as the bound of a first contact."""
     if kafka is None:
         from service.config import load_settings
 
         kafka = load_settings().kafka
     return kafka.model_copy(update={"bootstrap_servers": bootstrap, "linger_ms": 20,
-                                    "client_id": "streammom-sample"})
+                                    "client_id": "streammom-sample",
+                                    "max_block_ms": max(100, int(timeout_s * 1000))})
 
 
-def _flush_retry(sink: object, error: type[Exception], attempts: int = 30) -> None:
-    for i in range(attempts):
+def _flush(sink: Any, timeout_s: float, unreachable: str) -> None:
+    """Wait until the broker acknowledged everything, at most ``timeout_s``."""
+    from service.transport import TransportError
+
+    deadline = time.monotonic() + timeout_s
+    delay = 0.2
+    while True:
         try:
-            sink.flush(10.0)  # type: ignore[attr-defined]
+            sink.flush(min(10.0, max(0.1, deadline - time.monotonic())))
             return
-        except error:
-            if i == attempts - 1:
-                raise
-            time.sleep(min(0.2 * 2**i, 5.0))
+        except TransportError as exc:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(f"{unreachable}: {exc}") from exc
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 5.0)

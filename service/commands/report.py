@@ -17,6 +17,7 @@ from typing import TextIO
 from service.commands.offline import event_sample_items
 from service.snapshots import load_for_report
 from streammom.report import build_report, compute_figures, export_figures, resolve_codes
+from streammom.report.png import require_matplotlib
 from streammom.serialization import DEFAULT_MAX_BYTES, atomic_write_bytes
 
 __all__ = ["inspect_snapshot", "run_report"]
@@ -59,6 +60,8 @@ def run_report(
     """
     err = err or sys.stderr
     try:
+        if png_dir is not None:
+            require_matplotlib()  # before anything is written
         model, info = load_for_report(snapshot, max_bytes=max_bytes)
         code_map = resolve_codes(codes, model.feature_names)
         items = None if events is None else event_sample_items(events)

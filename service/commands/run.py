@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -110,6 +111,20 @@ class _Stop:
         self.event.wait(seconds)
 
 
+def _serve_http(settings: Settings, metrics: WorkerMetrics, **probes: Any) -> Any:
+    """Start /metrics, /healthz, /readyz; a port in use is an error naming ``http.port``."""
+    from service.http import HealthServer
+
+    host, port = settings.http.host, settings.http.port
+    try:
+        http = HealthServer(metrics.registry, host=host, port=port, **probes).start()
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot serve HTTP: {exc.strerror}",
+                      f"{host}:{port} (set http.port)") from exc
+    _log.info("http listening", extra={"host": http.host, "port": http.port})
+    return http
+
+
 def run_daemon(
     settings: Settings,
     *,
@@ -125,7 +140,13 @@ def run_daemon(
     checkpoint files none of which is valid: both are checked before any input is consumed,
     so a restart loop never re-produces outputs).
     """
-    setup_logging(settings.worker.log_level)
+    if input_path is not None and input_path != "-":
+        # before anything is opened or created: a typo must not leave an empty output behind
+        if not Path(input_path).exists():
+            raise FileNotFoundError(errno.ENOENT, "events file not found", input_path)
+        if Path(input_path).is_dir():
+            raise IsADirectoryError(errno.EISDIR, "events file is a directory", input_path)
+    setup_logging(settings.worker.log_level, log_format=settings.worker.log_format)
     try:
         CheckpointStore(settings.checkpoint.dir).check_writable()
     except CheckpointDirError as exc:
@@ -152,27 +173,19 @@ def run_daemon(
             # HTTP first so /healthz answers while we wait for the broker
             holder: dict[str, Worker] = {}
             if serve:
-                from service.http import HealthServer
-
-                http = HealthServer(
-                    metrics.registry,
+                http = _serve_http(
+                    settings, metrics,
                     health=lambda: (True, {"phase": "starting"}) if "w" not in holder
                     else holder["w"].health(),
                     ready=lambda: (False, {"phase": "starting"}) if "w" not in holder
                     else holder["w"].readiness(),
-                    host=settings.http.host,
-                    port=settings.http.port,
-                ).start()
-                _log.info("http listening", extra={"host": http.host, "port": http.port})
+                )
             source, sink = _kafka_io(settings, early)
         worker = Worker(settings, source, sink, metrics=metrics, exit_when_idle=embedded)
         if not embedded:
             holder["w"] = worker
         elif serve:
-            from service.http import HealthServer
-
-            http = HealthServer(metrics.registry, health=worker.health, ready=worker.readiness,
-                                host=settings.http.host, port=settings.http.port).start()
+            http = _serve_http(settings, metrics, health=worker.health, ready=worker.readiness)
         install_signal_handlers(worker)
         if early.is_set():
             worker.request_stop()

@@ -49,6 +49,10 @@ def export_figures(
     PNGs need matplotlib (the ``plot`` extra), imported only when ``png_dir`` is given.
     Returns the written paths in a fixed order.
     """
+    if png_dir is not None:
+        from streammom.report.png import require_matplotlib
+
+        require_matplotlib()  # before any file is written
     written: list[Path] = []
     drawings = [("tree", figures.layout), ("frequency", figures.frequency)]
     if figures.heatmap is not None:

@@ -50,11 +50,20 @@ _PX_PT = 72.0 / 100.0  # points per pixel at 100 dpi
 _MAX_INCHES = 320.0  # matplotlib refuses figures above 2^16 pixels a side
 
 
-def _canvas(width: float, height: float) -> tuple[Figure, Axes]:
+def require_matplotlib() -> None:
+    """Raise a one-line ``RuntimeError`` naming the extra to install when matplotlib is missing
+    (called before anything is written)."""
     try:
-        from matplotlib.figure import Figure
-    except ImportError as exc:  # pragma: no cover - depends on the environment
+        import matplotlib.figure
+        import matplotlib.patches  # noqa: F401
+    except ImportError as exc:
         raise RuntimeError("PNG export needs matplotlib: pip install 'streammom[plot]'") from exc
+
+
+def _canvas(width: float, height: float) -> tuple[Figure, Axes]:
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
     fig = Figure(
         figsize=(min(width / 100.0, _MAX_INCHES), min(height / 100.0, _MAX_INCHES)), dpi=100
     )

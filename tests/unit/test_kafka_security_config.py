@@ -231,13 +231,14 @@ def test_produce_sample_uses_the_configured_security(
                        "SSL_CAFILE": str(pem["ca"])}.items():
         monkeypatch.setenv(f"STREAMMOM_KAFKA__{key}", value)
     assert produce_sample(events=50, topic="t", bootstrap="broker:9093") == 50
-    [(name, kwargs)] = recorded
-    assert name == "KafkaProducer"
-    assert kwargs["bootstrap_servers"] == "broker:9093"
-    assert kwargs["security_protocol"] == "SASL_SSL"
-    assert kwargs["sasl_mechanism"] == "SCRAM-SHA-512"
-    assert kwargs["sasl_plain_username"] == "svc" and kwargs["sasl_plain_password"] == "pw"
-    assert kwargs["ssl_cafile"] == str(pem["ca"])
+    # the first-contact check (admin client) and the producer carry the same security settings
+    assert [name for name, _ in recorded] == ["KafkaAdminClient", "KafkaProducer"]
+    for _, kwargs in recorded:
+        assert kwargs["bootstrap_servers"] == "broker:9093"
+        assert kwargs["security_protocol"] == "SASL_SSL"
+        assert kwargs["sasl_mechanism"] == "SCRAM-SHA-512"
+        assert kwargs["sasl_plain_username"] == "svc" and kwargs["sasl_plain_password"] == "pw"
+        assert kwargs["ssl_cafile"] == str(pem["ca"])
 
 
 # ----------------------------------------------------------------------------- classification

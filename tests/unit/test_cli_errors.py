@@ -1,0 +1,90 @@
+"""The one error layer of the command line (issue #17, item 4): every user mistake answers with
+at most three lines on stderr — ``error: …`` — and exit status 2, never a traceback; the
+traceback is there with ``--debug``. Run as a user runs it: a real process."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _cli(*args: str, cwd: Path, prelude: str = "") -> subprocess.CompletedProcess[str]:
+    code = f"{prelude}\nimport sys\nsys.argv = ['streammom', *{list(args)!r}]\n" \
+           "from service.cli import main\nmain()\n"
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def _assert_user_error(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert 1 <= len(lines) <= 3 and "Traceback" not in result.stderr, result.stderr
+    assert any(line.startswith("error: ") for line in lines), result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
+
+
+def test_fit_of_a_missing_file(tmp_path: Path) -> None:
+    _assert_user_error(_cli("fit", "nope.jsonl", "-o", "m.smm", cwd=tmp_path), "nope.jsonl")
+    debug = _cli("--debug", "fit", "nope.jsonl", "-o", "m.smm", cwd=tmp_path)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_run_of_a_missing_file_creates_no_output(tmp_path: Path) -> None:
+    result = _cli("run", "--input", "nope.jsonl", "--output", "out.jsonl",
+                  "--checkpoint-dir", "ckpt", cwd=tmp_path)
+    _assert_user_error(result, "nope.jsonl")
+    assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "ckpt").exists()
+
+
+def test_http_port_in_use(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_text("")
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _cli("run", "--input", "in.jsonl", "--output", "out.jsonl", "--checkpoint-dir",
+                      "ckpt", "--serve-http", "--http-port", str(port), cwd=tmp_path)
+    _assert_user_error(result, str(port), "http.port")
+
+
+def test_checkpoint_dir_under_a_file(tmp_path: Path) -> None:
+    (tmp_path / "in.jsonl").write_text("")
+    (tmp_path / "afile").write_text("x")
+    result = _cli("run", "--input", "in.jsonl", "--checkpoint-dir", "afile/sub",
+                  "--set", "worker.log_format=console", cwd=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) <= 3 and "Traceback" not in result.stderr
+    assert "afile/sub" in result.stderr and "not usable" in result.stderr
+
+
+def test_png_export_without_matplotlib_writes_nothing(tmp_path: Path) -> None:
+    from streammom import StreamingHierarchy, Vocabulary
+
+    eng = StreamingHierarchy(vocabulary=Vocabulary(capacity=16), refit_every=10**9)
+    eng.learn([["a", "b"], ["c"]] * 20)
+    (tmp_path / "e.smm").write_bytes(eng.snapshot())
+    result = _cli("report", "e.smm", "-o", "r.html", "--png", "png", cwd=tmp_path,
+                  prelude="import sys; sys.modules['matplotlib'] = None")
+    _assert_user_error(result, "matplotlib", "streammom[plot]")
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "png").exists()
+
+
+@pytest.mark.parametrize("args", [["--set", "model.max_dept=3"], ["--set", "model.max_depth=-1"]])
+def test_configuration_mistakes(tmp_path: Path, args: list[str]) -> None:
+    result = _cli("config", "show", *args, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 3
+
+
+def test_producing_to_a_missing_broker_is_a_bounded_wait(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = _cli("produce-sample", "--bootstrap-servers", f"127.0.0.1:{port}", "--events",
+                  "10", "--timeout", "2", cwd=tmp_path)
+    _assert_user_error(result, f"127.0.0.1:{port}", "within 2 s")
