@@ -113,6 +113,16 @@ def run(
                                 dead_letters=dead_letters, serve_http=serve_http))
 
 
+ProgressOpt = Annotated[bool | None, typer.Option(
+    "--progress/--no-progress", help="Progress bar on stderr (default: on a terminal).")]
+
+
+def _progress_on(flag: bool | None) -> bool:
+    from service.commands.progress import show_progress
+
+    return show_progress() if flag is None else flag
+
+
 @app.command()
 def fit(
     input: Annotated[str, typer.Argument(help="Events JSONL, or CSV (a row of codes per event).")],
@@ -120,7 +130,7 @@ def fit(
     config: ConfigOpt = None,
     sets: SetOpt = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 5000,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    progress: ProgressOpt = None,
 ) -> None:
     """Fit a fresh engine on a file (batch) and write its snapshot."""
     import json
@@ -129,7 +139,7 @@ def fit(
 
     s = _settings(config, sets)
     summary = fit_file(input, str(output), s.model, batch_size=batch_size, limits=s.limits,
-                       progress=progress)
+                       progress=_progress_on(progress))
     typer.echo(json.dumps(summary))
 
 
@@ -139,6 +149,7 @@ def assign(
                                              help="Engine snapshot, checkpoint or model file.")],
     input: Annotated[str, typer.Argument(help="Events JSONL (or CSV of codes), '-' = stdin.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Assignments JSONL.")] = "-",
+    progress: ProgressOpt = None,
 ) -> None:
     """Assign events to leaves with a snapshot's model (no learning)."""
     import json
@@ -147,7 +158,7 @@ def assign(
     from streammom.serialization import SnapshotFormatError
 
     try:
-        counts = assign_file(str(snapshot), input, output)
+        counts = assign_file(str(snapshot), input, output, progress=_progress_on(progress))
     except SnapshotFormatError as exc:
         typer.echo(f"error: {snapshot}: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(2) from exc
@@ -186,11 +197,12 @@ def inspect(
 def demo(
     patients: Annotated[int, typer.Option(min=100, help="Synthetic patients.")] = 30_000,
     seed: Annotated[int, typer.Option(help="Cohort seed.")] = 0,
+    progress: ProgressOpt = None,
 ) -> None:
     """Stream a SYNTHETIC ICD-10-CM cohort through the daemon loop (no broker) and report."""
     from service.commands.demo import print_demo, run_demo
 
-    print_demo(run_demo(patients, seed=seed))
+    print_demo(run_demo(patients, seed=seed, progress=_progress_on(progress)))
 
 
 @app.command()
@@ -217,7 +229,7 @@ def produce_sample(
         raise typer.Exit(2)
     n = produce(events=events, topic=topic, bootstrap=bootstrap, output=output, rate=rate,
                 seed=seed, malformed_every=malformed_every, timeout_s=timeout,
-                progress=sys.stderr.isatty() and output != "-")
+                progress=_progress_on(None) and output != "-")
     typer.echo(f"produced {n} messages", err=True)
 
 
@@ -241,7 +253,7 @@ def report(
     from streammom.serialization import DEFAULT_MAX_BYTES
 
     raise typer.Exit(run_report(snapshot, output, events=events, codes=codes, lam=lam,
-                                png_dir=png, svg_dir=svg,
+                                png_dir=png, svg_dir=svg, progress=_progress_on(None),
                                 max_bytes=max_bytes or DEFAULT_MAX_BYTES))
 
 

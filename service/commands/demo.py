@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from service.commands.progress import polled_progress
 from service.config import Settings, load_settings
 from streammom import StreamingHierarchy
 from streammom.model import HierarchyModel
@@ -86,8 +87,10 @@ class DemoResult:
     checkpoint_bytes: int
 
 
-def run_demo(patients: int = 30_000, *, seed: int = 0, **model: Any) -> DemoResult:
-    """Generate the cohort, stream it through the worker (memory transport), score it."""
+def run_demo(patients: int = 30_000, *, seed: int = 0, progress: bool = False,
+             **model: Any) -> DemoResult:
+    """Generate the cohort, stream it through the worker (memory transport), score it
+    (``progress``: a bar of the events processed on stderr)."""
     from service.memory_transport import MemoryBroker, MemorySink, MemorySource
     from service.metrics import WorkerMetrics
     from service.synthetic import generate_cohort
@@ -104,7 +107,9 @@ def run_demo(patients: int = 30_000, *, seed: int = 0, **model: Any) -> DemoResu
         worker = Worker(settings, MemorySource(broker, topics.input), MemorySink(broker),
                         metrics=WorkerMetrics(), exit_when_idle=True)
         t0 = time.perf_counter()
-        code = worker.run()
+        with polled_progress("demo", len(cohort), lambda: int(worker.counters["processed"]),
+                             progress):
+            code = worker.run()
         seconds = time.perf_counter() - t0
         if code != 0:
             raise RuntimeError(f"demo worker exited with {code}")

@@ -14,8 +14,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
-
+from service.commands.progress import byte_progress
 from service.commands.streams import binary_stream
 from service.config import LimitsSettings, ModelSettings, build_engine
 from service.events import Event, EventDecoder, Rejection
@@ -122,17 +121,14 @@ def fit_file(
     total = os.path.getsize(path) if path != "-" else None
     rejected: dict[str, int] = {}
     n = 0
-    columns = (TextColumn("[bold]fit"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[events]} events"))
-    with Progress(*columns, disable=not progress, transient=False) as bar:
-        task = bar.add_task("fit", total=total, events=0)
+    with byte_progress("fit", total, progress) as update:
         for items, rej, nbytes in iter_batches(path, batch_size=batch_size, limits=limits):
             for k, v in rej.items():
                 rejected[k] = rejected.get(k, 0) + v
             if items:
                 engine.learn(events_matrix(engine.vocabulary, items, binary=binary))
                 n += len(items)
-            bar.update(task, completed=nbytes, events=n)
+            update(nbytes, n)
     engine.refit()
     atomic_write_bytes(output, engine.snapshot())
     model = engine.model_
@@ -147,7 +143,7 @@ def fit_file(
 
 
 def assign_file(snapshot: str, path: str, output: str, *, batch_size: int = 5000,
-                limits: LimitsSettings | None = None) -> dict[str, int]:
+                limits: LimitsSettings | None = None, progress: bool = False) -> dict[str, int]:
     """Route every valid event of ``path`` with the snapshot's model; write assignments JSONL
     (the daemon's assignment values, :func:`service.pipeline.assignment_values`)."""
     loaded = load_snapshot(snapshot)
@@ -161,13 +157,14 @@ def assign_file(snapshot: str, path: str, output: str, *, batch_size: int = 5000
             raise SnapshotFormatError(str(exc)) from exc
     binary = loaded.model.family == "bernoulli"
     counts = {"assigned": 0, "rejected": 0}
-    with binary_stream(output, "wb") as out:
-        for items, rej, _ in iter_batches(path, batch_size=batch_size, limits=limits):
+    total = os.path.getsize(path) if path != "-" else None
+    with binary_stream(output, "wb") as out, byte_progress("assign", total, progress) as update:
+        for items, rej, nbytes in iter_batches(path, batch_size=batch_size, limits=limits):
             counts["rejected"] += sum(rej.values())
-            if not items:
-                continue
-            routing = route(events_matrix(vocab, items, binary=binary))
-            lines = assignment_values(items, routing, first_row=counts["assigned"])
-            out.write(b"\n".join(lines) + b"\n")
-            counts["assigned"] += len(items)
+            if items:
+                routing = route(events_matrix(vocab, items, binary=binary))
+                lines = assignment_values(items, routing, first_row=counts["assigned"])
+                out.write(b"\n".join(lines) + b"\n")
+                counts["assigned"] += len(items)
+            update(nbytes, counts["assigned"])
     return counts

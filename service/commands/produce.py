@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
+from service.commands.progress import count_progress
 from service.commands.streams import binary_stream
 from service.config import KafkaSettings
 
@@ -59,7 +59,7 @@ def produce_sample(
     :class:`ConnectionError` naming the address, not minutes of silent retries."""
     messages = sample_messages(events, seed=seed, malformed_every=malformed_every)
     total = events + (events // malformed_every if malformed_every > 0 else 0)
-    with _progress(progress, total) as advance:
+    with count_progress("produce", total, progress) as advance:
         if output is not None:
             with binary_stream(output, "wb") as out:
                 return _send(messages, lambda k, v: out.write(v + b"\n"), rate, advance)
@@ -103,21 +103,6 @@ def _send(messages: Iterator[tuple[bytes | None, bytes]], send: Any, rate: float
         advance()
         _pace(start, sent, rate)
     return sent
-
-
-@contextmanager
-def _progress(enabled: bool, total: int) -> Iterator[Any]:
-    """A rich progress bar on stderr (``enabled``), yielding a one-step ``advance``."""
-    if not enabled:
-        yield lambda: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    with Progress(TextColumn("[bold]produce"), BarColumn(), MofNCompleteColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("produce", total=total)
-        yield lambda: bar.advance(task)
 
 
 def _sample_kafka_settings(bootstrap: str, kafka: KafkaSettings | None,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from service.commands.offline import event_sample_items
+from service.commands.progress import status
 from service.snapshots import load_for_report
 from streammom.report import build_report, compute_figures, export_figures, resolve_codes
 from streammom.report.png import require_matplotlib
@@ -52,27 +53,32 @@ def run_report(
     seed: int = 0,
     err: TextIO | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    progress: bool = False,
 ) -> int:
     """Write the HTML report of ``snapshot`` to ``output`` (+ PNG/SVG exports); exit status.
 
     Any failure (missing or unreadable file, invalid or hostile snapshot, bad option) prints
     one ``error: …`` line on ``err`` and returns 2; ``output`` is then not written.
+    ``progress`` shows what is being done on stderr (a spinner per step).
     """
     err = err or sys.stderr
     try:
         if png_dir is not None:
             require_matplotlib()  # before anything is written
-        model, info = load_for_report(snapshot, max_bytes=max_bytes)
-        code_map = resolve_codes(codes, model.feature_names)
-        items = None if events is None else event_sample_items(events)
-        figures = compute_figures(
-            model, codes=code_map, events=items, lam=lam, sample=sample, seed=seed
-        )
-        html = build_report(model, info, figures=figures)
-        atomic_write_bytes(output, html.encode("utf-8"))
-        written = [Path(output)]
-        if png_dir is not None or svg_dir is not None:
-            written += export_figures(figures, png_dir=png_dir, svg_dir=svg_dir)
+        with status(f"reading {snapshot}", progress):
+            model, info = load_for_report(snapshot, max_bytes=max_bytes)
+            code_map = resolve_codes(codes, model.feature_names)
+        with status("sampling events and laying out the figures", progress):
+            items = None if events is None else event_sample_items(events)
+            figures = compute_figures(
+                model, codes=code_map, events=items, lam=lam, sample=sample, seed=seed
+            )
+        with status(f"writing {output}", progress):
+            html = build_report(model, info, figures=figures)
+            atomic_write_bytes(output, html.encode("utf-8"))
+            written = [Path(output)]
+            if png_dir is not None or svg_dir is not None:
+                written += export_figures(figures, png_dir=png_dir, svg_dir=svg_dir)
     except _FAILURES as exc:
         return _fail(exc, err)
     heat = f", heatmap of {figures.heatmap.n_rows} events" if figures.heatmap else ""
