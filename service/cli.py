@@ -113,6 +113,22 @@ def run(
                                 dead_letters=dead_letters, serve_http=serve_http))
 
 
+CsvColumnOpt = Annotated[str | None, typer.Option(
+    "--csv-column", help="CSV/TSV input: the column holding the codes (header name or 0-based "
+    "index); default: every cell of a row is a code and there is no header.")]
+CsvSeparatorOpt = Annotated[str | None, typer.Option(
+    "--csv-separator", help="CSV/TSV input: split the codes column on this (e.g. ';').")]
+
+
+def _csv_layout(column: str | None, separator: str | None) -> Any:
+    from service.commands.offline import CsvLayout
+
+    if column is None and separator is None:
+        return None
+    target: str | int | None = int(column) if column is not None and column.isdigit() else column
+    return CsvLayout(column=target, separator=separator)
+
+
 ProgressOpt = Annotated[bool | None, typer.Option(
     "--progress/--no-progress", help="Progress bar on stderr (default: on a terminal).")]
 
@@ -131,6 +147,8 @@ def fit(
     sets: SetOpt = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 5000,
     progress: ProgressOpt = None,
+    csv_column: CsvColumnOpt = None,
+    csv_separator: CsvSeparatorOpt = None,
 ) -> None:
     """Fit a fresh engine on a file (batch) and write its snapshot."""
     import json
@@ -139,7 +157,8 @@ def fit(
 
     s = _settings(config, sets)
     summary = fit_file(input, str(output), s.model, batch_size=batch_size, limits=s.limits,
-                       progress=_progress_on(progress))
+                       progress=_progress_on(progress),
+                       csv_layout=_csv_layout(csv_column, csv_separator))
     typer.echo(json.dumps(summary))
 
 
@@ -150,6 +169,8 @@ def assign(
     input: Annotated[str, typer.Argument(help="Events JSONL (or CSV of codes), '-' = stdin.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Assignments JSONL.")] = "-",
     progress: ProgressOpt = None,
+    csv_column: CsvColumnOpt = None,
+    csv_separator: CsvSeparatorOpt = None,
 ) -> None:
     """Assign events to leaves with a snapshot's model (no learning)."""
     import json
@@ -158,7 +179,8 @@ def assign(
     from streammom.serialization import SnapshotFormatError
 
     try:
-        counts = assign_file(str(snapshot), input, output, progress=_progress_on(progress))
+        counts = assign_file(str(snapshot), input, output, progress=_progress_on(progress),
+                             csv_layout=_csv_layout(csv_column, csv_separator))
     except SnapshotFormatError as exc:
         typer.echo(f"error: {snapshot}: {' '.join(str(exc).split())}", err=True)
         raise typer.Exit(2) from exc
@@ -291,10 +313,12 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _is_user_mistake(exc: BaseException) -> bool:
+    from service.commands.offline import InputFormatError
     from service.config import ConfigError
     from streammom.serialization import SnapshotFormatError
 
-    return isinstance(exc, OSError | ConfigError | SnapshotFormatError | UnicodeDecodeError)
+    return isinstance(exc, OSError | ConfigError | SnapshotFormatError | UnicodeDecodeError
+                      | InputFormatError)
 
 
 def main() -> None:

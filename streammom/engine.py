@@ -96,6 +96,10 @@ class StreamingHierarchy(Estimator):
     refit_every_seconds : float > 0 or None, default None
         Refit policy: after the batch in which this many events (or event-time seconds) passed
         since the last refit. None disables a trigger; ``refit()`` can always be called.
+    first_refit : int >= 1 or None, default 1_000
+        Growth schedule: the event trigger starts at ``first_refit`` events and doubles with
+        the events seen (1,000, 2,000, 4,000, 8,000, then every ``refit_every``), so a tree
+        grows on a stream of a few thousand events too. None: ``refit_every`` throughout.
     reservoir_size : int >= 2, default 1024
         Events kept per node (the bounded sample children and repairs start from).
     basis_dim : int in [2, 512], default 8
@@ -177,6 +181,7 @@ class StreamingHierarchy(Estimator):
         half_life: float | None = None,
         half_life_unit: Literal["events", "seconds"] = "events",
         refit_every: int | None = 10_000,
+        first_refit: int | None = 1_000,
         refit_every_seconds: float | None = None,
         reservoir_size: int = 1024,
         basis_dim: int = 8,
@@ -206,6 +211,7 @@ class StreamingHierarchy(Estimator):
         self.half_life = half_life
         self.half_life_unit = half_life_unit
         self.refit_every = refit_every
+        self.first_refit = first_refit
         self.refit_every_seconds = refit_every_seconds
         self.reservoir_size = reservoir_size
         self.basis_dim = basis_dim
@@ -436,11 +442,20 @@ class StreamingHierarchy(Estimator):
         return f"<p><code>{escape(repr(self))}</code></p>{tree}"
 
     def _refit_due(self) -> bool:
-        if self.refit_every is not None and self._events_since_refit >= self.refit_every:
+        if self.refit_every is not None and self._events_since_refit >= self._refit_interval():
             return True
         elapsed = self._decay.since_refit()
         return bool(self.refit_every_seconds is not None and elapsed is not None
                     and elapsed >= self.refit_every_seconds)
+
+    def _refit_interval(self) -> int:
+        """Events between refits: ``refit_every``, or while the stream is young the growth
+        schedule's max(first_refit, events seen at the last refit) if that is shorter."""
+        assert self.refit_every is not None
+        if self.first_refit is None:
+            return self.refit_every
+        seen_before = self.n_events_seen_ - self._events_since_refit
+        return min(self.refit_every, max(self.first_refit, seen_before))
 
     # ------------------------------------------------------------------ hot path
     def _accumulate(self, X: sp.csr_array, w: np.ndarray, leaf_ids: np.ndarray) -> None:

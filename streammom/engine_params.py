@@ -32,6 +32,9 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
           "unit of half_life (seconds need event timestamps)"),
     Param("refit_every", 10_000, (Interval(int, 1, None), None),
           "refit after this many events since the last refit; None: no event trigger"),
+    Param("first_refit", 1_000, (Interval(int, 1, None), None),
+          "growth schedule: the first refit after this many events, then doubling intervals "
+          "up to refit_every (a tree on short streams); None: every refit_every from the start"),
     Param("refit_every_seconds", None, (_POSITIVE, None),
           "refit after this many seconds of event time; None: no time trigger"),
     Param("reservoir_size", 1024, (Interval(int, 2, 1 << 24),),

@@ -12,6 +12,7 @@ import io
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import IO, Any
 
 from service.commands.progress import byte_progress
@@ -29,7 +30,8 @@ from service.snapshots import load_snapshot
 from streammom.report.charts import SampleItem
 from streammom.serialization import SnapshotFormatError, atomic_write_bytes
 
-__all__ = ["assign_file", "event_sample_items", "fit_file", "iter_batches", "iter_events"]
+__all__ = ["CsvLayout", "InputFormatError", "assign_file", "event_sample_items", "fit_file",
+           "iter_batches", "iter_events", "rejection_warning"]
 
 
 def _open_text(path: str) -> IO[str]:
@@ -63,31 +65,79 @@ def event_sample_items(path: str | os.PathLike[str]) -> Iterator[SampleItem]:
         yield None if isinstance(item, Rejection) else (item.id, item.features())
 
 
+class InputFormatError(ValueError):
+    """The input file is not in the format its name or options say (a user mistake)."""
+
+
+@dataclass(frozen=True)
+class CsvLayout:
+    """How a CSV/TSV file holds codes.
+
+    * ``column=None`` (default): every non-empty cell of a row is a code, one row an event,
+      no header row;
+    * ``column`` a header name or a 0-based index: only that column holds codes (a header row
+      comes first when it is a name); ``separator`` splits the cell into several codes
+      (``"I10;E11.9"``). Other columns (patient ids, dates) are ignored.
+
+    ``delimiter`` separates the cells (``,``; a ``.tsv`` file uses a tab).
+    """
+
+    column: str | int | None = None
+    separator: str | None = None
+    delimiter: str = ","
+
+
+def _csv_events(path: str, layout: CsvLayout) -> Iterator[tuple[int, list[str]]]:
+    """(bytes read, codes) per data row of a CSV/TSV file (see :class:`CsvLayout`)."""
+    with _open_text(path) as fh:
+        rows = csv.reader(fh, delimiter=layout.delimiter)
+        index: int | None = None
+        if isinstance(layout.column, str):
+            header = next(rows, [])
+            names = [h.strip() for h in header]
+            if layout.column not in names:
+                raise InputFormatError(f"{path}: no column {layout.column!r} in the header "
+                                       f"(columns: {', '.join(names) or 'none'})")
+            index = names.index(layout.column)
+        elif isinstance(layout.column, int):
+            index = layout.column
+        for row in rows:
+            size = sum(len(c) + 1 for c in row)
+            cells = row if index is None else row[index : index + 1]
+            if layout.separator:
+                cells = [part for cell in cells for part in cell.split(layout.separator)]
+            yield size, [c.strip() for c in cells if c.strip()]
+
+
 def iter_batches(
-    path: str, *, batch_size: int, limits: LimitsSettings | None = None, fmt: str = "auto"
+    path: str, *, batch_size: int, limits: LimitsSettings | None = None, fmt: str = "auto",
+    csv_layout: CsvLayout | None = None,
 ) -> Iterator[tuple[FeatureRows, dict[str, int], int]]:
-    """Batches of valid events from a JSONL events file or a CSV of code rows.
+    """Batches of valid events from a JSONL events file or a CSV/TSV of codes.
 
     Yields ``(items, rejected_by_reason, bytes_read_so_far)``: validated events (JSONL) or
-    code lists (CSV, one row = one event).
+    code lists (CSV/TSV, one row = one event, :class:`CsvLayout`). ``fmt="auto"`` reads
+    ``.csv`` and ``.tsv`` files as CSV/TSV, anything else as JSONL.
     """
+    lower = path.lower()
     if fmt == "auto":
-        fmt = "csv" if path.lower().endswith(".csv") else "jsonl"
+        fmt = "csv" if lower.endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")) else "jsonl"
     rejected: dict[str, int] = {}
     nbytes = 0
     batch: list[Any] = []
     if fmt == "csv":
-        with _open_text(path) as fh:
-            for row in csv.reader(fh):
-                nbytes += sum(len(c) + 1 for c in row)
-                codes = [c.strip() for c in row if c.strip()]
-                if not codes:
-                    rejected["empty"] = rejected.get("empty", 0) + 1
-                    continue
-                batch.append(codes)
-                if len(batch) >= batch_size:
-                    yield batch, rejected, nbytes
-                    batch, rejected = [], {}
+        layout = csv_layout or CsvLayout()
+        if lower.endswith((".tsv", ".tsv.gz")) and layout.delimiter == ",":
+            layout = CsvLayout(layout.column, layout.separator, "\t")
+        for size, codes in _csv_events(path, layout):
+            nbytes += size
+            if not codes:
+                rejected["empty"] = rejected.get("empty", 0) + 1
+                continue
+            batch.append(codes)
+            if len(batch) >= batch_size:
+                yield batch, rejected, nbytes
+                batch, rejected = [], {}
     else:
         decoder = EventDecoder(limits)
         for size, value in _jsonl_lines(path):
@@ -106,6 +156,19 @@ def iter_batches(
         yield batch, rejected, nbytes
 
 
+def rejection_warning(path: str, accepted: int, rejected: dict[str, int]) -> str | None:
+    """A one-line warning when most of the input was rejected (a wrong format, not a few bad
+    events), naming the reasons and the likely cause; ``None`` otherwise."""
+    bad = sum(rejected.values())
+    if bad < 10 or bad <= accepted:
+        return None
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1]))
+    hint = ("it does not look like JSONL events (one JSON object per line, see "
+            "'streammom schema'); a CSV/TSV of codes needs a .csv/.tsv name"
+            if rejected.get("invalid_json", 0) * 2 > bad else "see 'streammom schema'")
+    return f"warning: {bad} of {bad + accepted} events of {path} were rejected ({reasons}): {hint}"
+
+
 def fit_file(
     path: str,
     output: str,
@@ -114,6 +177,7 @@ def fit_file(
     batch_size: int = 5000,
     limits: LimitsSettings | None = None,
     progress: bool = True,
+    csv_layout: CsvLayout | None = None,
 ) -> dict[str, Any]:
     """Stream a file through a fresh engine (``learn`` per batch), refit, write its snapshot."""
     engine = build_engine(model_cfg)
@@ -122,13 +186,17 @@ def fit_file(
     rejected: dict[str, int] = {}
     n = 0
     with byte_progress("fit", total, progress) as update:
-        for items, rej, nbytes in iter_batches(path, batch_size=batch_size, limits=limits):
+        for items, rej, nbytes in iter_batches(path, batch_size=batch_size, limits=limits,
+                                               csv_layout=csv_layout):
             for k, v in rej.items():
                 rejected[k] = rejected.get(k, 0) + v
             if items:
                 engine.learn(events_matrix(engine.vocabulary, items, binary=binary))
                 n += len(items)
             update(nbytes, n)
+    warning = rejection_warning(path, n, rejected)
+    if warning:
+        print(warning, file=sys.stderr)
     engine.refit()
     atomic_write_bytes(output, engine.snapshot())
     model = engine.model_
@@ -143,7 +211,8 @@ def fit_file(
 
 
 def assign_file(snapshot: str, path: str, output: str, *, batch_size: int = 5000,
-                limits: LimitsSettings | None = None, progress: bool = False) -> dict[str, int]:
+                limits: LimitsSettings | None = None, progress: bool = False,
+                csv_layout: CsvLayout | None = None) -> dict[str, int]:
     """Route every valid event of ``path`` with the snapshot's model; write assignments JSONL
     (the daemon's assignment values, :func:`service.pipeline.assignment_values`)."""
     loaded = load_snapshot(snapshot)
@@ -157,14 +226,21 @@ def assign_file(snapshot: str, path: str, output: str, *, batch_size: int = 5000
             raise SnapshotFormatError(str(exc)) from exc
     binary = loaded.model.family == "bernoulli"
     counts = {"assigned": 0, "rejected": 0}
+    reasons: dict[str, int] = {}
     total = os.path.getsize(path) if path != "-" else None
     with binary_stream(output, "wb") as out, byte_progress("assign", total, progress) as update:
-        for items, rej, nbytes in iter_batches(path, batch_size=batch_size, limits=limits):
+        for items, rej, nbytes in iter_batches(path, batch_size=batch_size, limits=limits,
+                                               csv_layout=csv_layout):
             counts["rejected"] += sum(rej.values())
+            for k, v in rej.items():
+                reasons[k] = reasons.get(k, 0) + v
             if items:
                 routing = route(events_matrix(vocab, items, binary=binary))
                 lines = assignment_values(items, routing, first_row=counts["assigned"])
                 out.write(b"\n".join(lines) + b"\n")
                 counts["assigned"] += len(items)
             update(nbytes, counts["assigned"])
+    warning = rejection_warning(path, counts["assigned"], reasons)
+    if warning:
+        print(warning, file=sys.stderr)
     return counts

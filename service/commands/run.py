@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any
 
 from service.checkpoint import CheckpointDirError, CheckpointStore
+from service.commands.offline import InputFormatError
 from service.config import Settings
 from service.logs import setup_logging
 from service.metrics import WorkerMetrics
@@ -146,6 +147,11 @@ def run_daemon(
             raise FileNotFoundError(errno.ENOENT, "events file not found", input_path)
         if Path(input_path).is_dir():
             raise IsADirectoryError(errno.EISDIR, "events file is a directory", input_path)
+        if input_path.lower().endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
+            raise InputFormatError(
+                f"{input_path}: 'run' reads JSONL events (one JSON object per line, see "
+                "'streammom schema'), not CSV; 'streammom fit' and 'assign' read a CSV/TSV of "
+                "codes (--csv-column, --csv-separator)")
     setup_logging(settings.worker.log_level, log_format=settings.worker.log_format)
     try:
         CheckpointStore(settings.checkpoint.dir).check_writable()

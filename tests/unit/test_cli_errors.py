@@ -88,3 +88,34 @@ def test_producing_to_a_missing_broker_is_a_bounded_wait(tmp_path: Path) -> None
     result = _cli("produce-sample", "--bootstrap-servers", f"127.0.0.1:{port}", "--events",
                   "10", "--timeout", "2", cwd=tmp_path)
     _assert_user_error(result, f"127.0.0.1:{port}", "within 2 s")
+
+
+# ------------------------------------------------------------------------ CSV input (item 5)
+def test_run_refuses_a_csv_with_a_pointer_to_fit(tmp_path: Path) -> None:
+    (tmp_path / "codes.csv").write_text("patient,codes\np1,I10;E11.9\n")
+    result = _cli("run", "--input", "codes.csv", "--output", "out.jsonl", cwd=tmp_path)
+    _assert_user_error(result, "JSONL", "fit")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_fit_reads_a_column_of_codes_and_ignores_ids_and_header(tmp_path: Path) -> None:
+    import json
+
+    from streammom import StreamingHierarchy
+
+    rows = ["patient,codes,date"] + [f"p{i},I10;E11.9;J44.9,2026-01-01" for i in range(300)]
+    (tmp_path / "codes.csv").write_text("\n".join(rows) + "\n")
+    result = _cli("fit", "codes.csv", "-o", "m.smm", "--csv-column", "codes",
+                  "--csv-separator", ";", "--no-progress", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["events"] == 300
+    vocab = StreamingHierarchy.restore((tmp_path / "m.smm").read_bytes()).vocabulary
+    assert sorted(t for t in vocab.feature_names if t) == ["E11.9", "I10", "J44.9"]
+    missing = _cli("fit", "codes.csv", "-o", "m2.smm", "--csv-column", "dx", cwd=tmp_path)
+    _assert_user_error(missing, "no column 'dx'", "patient, codes, date")
+
+
+def test_mostly_rejected_input_is_called_out(tmp_path: Path) -> None:
+    (tmp_path / "codes.jsonl").write_text("".join(f"p{i},I10,E11.9\n" for i in range(50)))
+    result = _cli("fit", "codes.jsonl", "-o", "m.smm", "--no-progress", cwd=tmp_path)
+    assert "warning: 50 of 50 events" in result.stderr and "JSONL" in result.stderr
