@@ -245,6 +245,11 @@ class CheckpointSettings(_Section):
     dir: Path = Path("/var/lib/streammom")
     every_events: int = Field(default=50_000, ge=1)
     every_seconds: float = Field(default=30.0, gt=0)
+    on_refit: bool = Field(
+        default=True,
+        description="also checkpoint right after every refit: the new model is on disk "
+                    "(inspect, report) and a crash does not redo the refit",
+    )
     on_lost_state: Literal["rebuild", "refuse", "resume"] = Field(
         default="rebuild",
         description=(

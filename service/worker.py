@@ -426,8 +426,8 @@ class Worker:
                                   "leaves": int(engine.model_.n_leaves), "duration_s": duration,
                                   "events_seen": int(engine.n_events_seen_)})
         self._write_report()
-        # the new model is on disk soon after it exists (inspect/report read checkpoints)
-        self.checkpoints.request()
+        if self.settings.checkpoint.on_refit:  # the new model on disk soon after it exists
+            self.checkpoints.request()
 
     def _write_report(self) -> None:
         """Rewrite the configured HTML report of the current model (never stops the loop)."""

@@ -15,10 +15,12 @@ Every figure of a report is computed here once, as plain numbers and strings, an
 
 from __future__ import annotations
 
+import colorsys
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -45,7 +47,8 @@ __all__ = [
     "tree_layout",
 ]
 
-#: Leaf colours (Okabe–Ito, then Tableau-like extras); cycled for more leaves.
+#: Leaf colours (Okabe–Ito, then Tableau-like extras); more leaves get generated colours
+#: (:func:`leaf_colours`), never a repeat.
 PALETTE: tuple[str, ...] = (
     "#0072B2",
     "#E69F00",
@@ -55,7 +58,7 @@ PALETTE: tuple[str, ...] = (
     "#D55E00",
     "#F0E442",
     "#7F3C8D",
-    "#11A579",
+    "#8C564B",
     "#3969AC",
     "#E73F74",
     "#80BA5A",
@@ -64,6 +67,11 @@ INTERNAL_COLOUR = "#9aa3ad"
 
 # Tree geometry (pixels).
 SLOT_WIDTH = 200.0
+#: Above this many leaves the tree is drawn compact so it fits ``FIT_WIDTH`` (a laptop page):
+#: narrower slots, leaves numbered L1… with their share, features in tooltips and the table.
+COMPACT_LEAVES = 8
+FIT_WIDTH = 1320.0
+MIN_SLOT_WIDTH = 38.0
 MARGIN = 24.0
 R_MAX = 34.0
 R_MIN = 3.0
@@ -122,9 +130,48 @@ def fmt_share(s: float) -> str:
     return f"{pct:.1f}%" if pct >= 1 or pct == 0 else f"{pct:.2g}%"
 
 
+@lru_cache(maxsize=1)
+def _extended_palette() -> tuple[str, ...]:
+    """:data:`PALETTE` then 52 more colours, each the candidate farthest (RGB L1) from all
+    chosen so far among 30 hues × 3 lightnesses × 2 saturations (deterministic)."""
+    def rgb(colour: str) -> tuple[int, ...]:
+        return tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+
+    candidates = []
+    for h in range(30):
+        for light in (0.35, 0.5, 0.68):
+            for sat in (0.55, 0.85):
+                r, g, b = colorsys.hls_to_rgb(h / 30.0, light, sat)
+                candidates.append(f"#{round(r * 255):02X}{round(g * 255):02X}{round(b * 255):02X}")
+    chosen = list(PALETTE)
+    pts = np.array([rgb(c) for c in candidates], dtype=float)
+    gap = np.min(np.abs(pts[:, None, :] - np.array([rgb(c) for c in chosen])[None]).sum(2),
+                 axis=1)
+    while len(chosen) < len(PALETTE) + 52:
+        k = int(np.argmax(gap))
+        chosen.append(candidates[k])
+        gap = np.minimum(gap, np.abs(pts - pts[k]).sum(axis=1))
+    return tuple(chosen)
+
+
+def distinct_colour(i: int) -> str:
+    """The i-th leaf colour: :data:`PALETTE`, then colours chosen to be as far as possible
+    from all before them (64 in all), then hues 137.5° apart; never a repeat in a report.
+
+    >>> distinct_colour(0), len({distinct_colour(i) for i in range(64)})
+    ('#0072B2', 64)
+    """
+    extended = _extended_palette()
+    if i < len(extended):
+        return extended[i]
+    k = i - len(extended)
+    r, g, b = colorsys.hls_to_rgb((k * 137.508 + 20.0) % 360.0 / 360.0, (0.42, 0.58)[k % 2], 0.62)
+    return f"#{round(r * 255):02X}{round(g * 255):02X}{round(b * 255):02X}"
+
+
 def leaf_colours(leaf_order: Sequence[int]) -> dict[int, str]:
-    """Colour of each leaf id, by position in ``leaf_order``."""
-    return {nid: PALETTE[i % len(PALETTE)] for i, nid in enumerate(leaf_order)}
+    """Colour of each leaf id, by position in ``leaf_order`` (all distinct)."""
+    return {nid: distinct_colour(i) for i, nid in enumerate(leaf_order)}
 
 
 # ------------------------------------------------------------------------------- tree layout
@@ -144,15 +191,32 @@ class NodeBox:
     colour: str
     features: tuple[FeatureLabel, ...]
     probabilities: tuple[float, ...]
+    leaf_number: int | None = None  # 1… left to right (leaves only)
+    compact: bool = False  # drawn without feature lines (many leaves)
+
+    @property
+    def name(self) -> str:
+        """``L3`` for the third leaf from the left, ``#12`` (the node id) for internal nodes."""
+        return f"L{self.leaf_number}" if self.leaf_number is not None else f"#{self.node_id}"
 
     @property
     def title(self) -> str:
-        """The node's heading line: ``#id`` plus ``leaf`` for leaves."""
-        return f"#{self.node_id}" + (" · leaf" if self.is_leaf else "")
+        """The node's heading line: ``L3 · #12`` (leaf number, node id) or ``#12``."""
+        if self.leaf_number is None or self.compact:
+            return self.name
+        return f"{self.name} · #{self.node_id}"
 
     @property
     def size_line(self) -> str:
+        if self.compact:
+            return fmt_share(self.share)
         return f"w {fmt_weight(self.weight)} ({fmt_share(self.share)})"
+
+    @property
+    def drawn_features(self) -> tuple[FeatureLabel, ...]:
+        """The feature lines under the node (none in a compact tree: tooltips and the leaf
+        table carry them)."""
+        return () if self.compact else self.features
 
     @property
     def label_top(self) -> float:
@@ -162,7 +226,7 @@ class NodeBox:
     @property
     def label_bottom(self) -> float:
         """y of the bottom of the label block (edges to the children start below it)."""
-        return self.label_top + LINE_HEIGHT * (2 + len(self.features))
+        return self.label_top + LINE_HEIGHT * (2 + len(self.drawn_features))
 
 
 @dataclass(frozen=True)
@@ -185,6 +249,11 @@ class TreeLayout:
     @property
     def colours(self) -> dict[int, str]:
         return {b.node_id: b.colour for b in self.nodes}
+
+    @property
+    def names(self) -> dict[int, str]:
+        """Leaf id → its display name (``L1`` … left to right)."""
+        return {b.node_id: b.name for b in self.nodes if b.is_leaf}
 
 
 def preorder(model: HierarchyModel) -> list[int]:
@@ -214,13 +283,17 @@ def tree_layout(
     leaves = [nid for nid in order if model.nodes[nid].is_leaf]
     colours = leaf_colours(leaves)
     slot = {nid: i for i, nid in enumerate(leaves)}
-    level_h = 2 * R_MAX + 6.0 + LINE_HEIGHT * (2 + n_features) + 34.0
+    compact = len(leaves) > COMPACT_LEAVES
+    slot_w = (max(MIN_SLOT_WIDTH, min(SLOT_WIDTH, (FIT_WIDTH - 2 * MARGIN) / len(leaves)))
+              if compact else SLOT_WIDTH)
+    level_h = 2 * R_MAX + 6.0 + LINE_HEIGHT * (2 + (0 if compact else n_features)) + (
+        20.0 if compact else 34.0)
     total = max(float(model.root.weight), 1e-300)
     xs: dict[int, float] = {}
     for nid in reversed(order):  # children before parents
         node = model.nodes[nid]
         if node.is_leaf:
-            xs[nid] = MARGIN + SLOT_WIDTH * (slot[nid] + 0.5)
+            xs[nid] = MARGIN + slot_w * (slot[nid] + 0.5)
         else:
             xs[nid] = float(np.mean([xs[c] for c in node.children]))
     boxes = []
@@ -243,13 +316,15 @@ def tree_layout(
                 colour=colours.get(nid, INTERNAL_COLOUR),
                 features=tuple(feature_label(model, f.index, codes) for f in feats),
                 probabilities=tuple(float(f.probability) for f in feats),
+                leaf_number=slot[nid] + 1 if nid in slot else None,
+                compact=compact,
             )
         )
     depth = max(n.depth for n in model.nodes.values())
     return TreeLayout(
         nodes=tuple(boxes),
         leaf_order=tuple(leaves),
-        width=2 * MARGIN + SLOT_WIDTH * len(leaves),
+        width=2 * MARGIN + slot_w * len(leaves),
         height=MARGIN + (depth + 1) * level_h,
         family=model.family,
         lam=lam,
@@ -272,6 +347,7 @@ class FrequencyTable:
     values: np.ndarray
     vmax: float
     percent: bool
+    names: dict[int, str] = field(default_factory=dict)  # leaf id → "L3"
 
 
 def frequency_table(
@@ -303,6 +379,7 @@ def frequency_table(
         values=values,
         vmax=vmax,
         percent=percent,
+        names=layout.names,
     )
 
 
@@ -412,6 +489,7 @@ class HeatmapData:
     colours: dict[int, str]
     n_events: int
     note: str
+    names: dict[int, str] = field(default_factory=dict)  # leaf id → "L3"
 
 
 def heatmap_data(
@@ -462,6 +540,7 @@ def heatmap_data(
         colours=layout.colours,
         n_events=events.n_read,
         note=note,
+        names=layout.names,
     )
 
 

@@ -156,7 +156,7 @@ def _meta_rows(model: HierarchyModel, info: Mapping[str, Any]) -> list[tuple[str
         ("Snapshot", f"{info.get('kind', 'hierarchy-model')} · {source}"),
         ("Method / family", f"{model.method} / {model.family}"),
         ("Events seen", f"{int(events):,}" if isinstance(events, int | float) else "—"),
-        ("Last refit (UTC)", format_time(info.get("last_refit_time"))),
+        ("Last refit (event time, UTC)", format_time(info.get("last_refit_time"))),
         ("Tree", f"{len(model.nodes)} nodes, {model.n_leaves} leaves, depth {model.max_depth}"),
         ("Features", f"{model.n_features:,}"),
         ("Root weight", fmt_weight(float(model.root.weight))),
@@ -197,7 +197,8 @@ def _leaf_table(model: HierarchyModel, figs: ReportFigures) -> str:
         path = " → ".join(f"#{p}" for p in model.path_to(nid))
         rows.append(
             [
-                f'<span class="swatch" style="background:{box.colour}"></span>#{nid}',
+                f'<span class="swatch" style="background:{box.colour}"></span>'
+                f"{escape(box.name)} <small>(#{nid})</small>",
                 escape(path),
                 escape(fmt_weight(box.weight)),
                 escape(fmt_share(box.share)),
@@ -288,8 +289,13 @@ def build_report(
         f'<header><h1>{escape(title)}</h1><p class="sub">{escape(sub)}</p></header>',
         '<section id="tree"><h2>Cluster tree</h2>',
         '<p class="note">Node area is proportional to weight (events, possibly decayed); edge '
-        "width to the child's share. Each node shows its most relevant features "
-        f"(relevance with λ = {figs.layout.lam:g}) and their {unit} in the node.</p>",
+        "width to the child's share. "
+        + ("Leaves are numbered L1… left to right; hover a node for its most relevant features "
+           f"(relevance with λ = {figs.layout.lam:g}) and their {unit}, or see the Leaves "
+           "table below.</p>"
+           if figs.layout.nodes and figs.layout.nodes[0].compact else
+           "Each node shows its most relevant features "
+           f"(relevance with λ = {figs.layout.lam:g}) and their {unit} in the node.</p>"),
         f'<div class="scroll">{tree_svg(figs.layout)}</div></section>',
         '<section id="leaves"><h2>Leaves</h2>',
         f"{_leaf_table(model, figs)}</section>",

@@ -25,6 +25,7 @@ from streammom.report.charts import (
     truncate,
 )
 from streammom.report.svg import (
+    FREQ_BAR_W,
     FREQ_CELL_W,
     FREQ_HEAD_H,
     FREQ_LABEL_W,
@@ -48,6 +49,7 @@ __all__ = ["frequency_png", "heatmap_png", "tree_png"]
 
 _PX_PT = 72.0 / 100.0  # points per pixel at 100 dpi
 _MAX_INCHES = 320.0  # matplotlib refuses figures above 2^16 pixels a side
+TITLE_H = 28.0  # the title band above every PNG figure
 
 
 def require_matplotlib() -> None:
@@ -60,18 +62,22 @@ def require_matplotlib() -> None:
         raise RuntimeError("PNG export needs matplotlib: pip install 'streammom[plot]'") from exc
 
 
-def _canvas(width: float, height: float) -> tuple[Figure, Axes]:
+def _canvas(width: float, height: float, title: str) -> tuple[Figure, Axes]:
+    """A white canvas of ``width`` × ``height`` drawing units below a ``TITLE_H`` title band
+    (a PNG is seen without the page around it, so it names what it shows)."""
     require_matplotlib()
     from matplotlib.figure import Figure
 
+    total = height + TITLE_H
     fig = Figure(
-        figsize=(min(width / 100.0, _MAX_INCHES), min(height / 100.0, _MAX_INCHES)), dpi=100
+        figsize=(min(width / 100.0, _MAX_INCHES), min(total / 100.0, _MAX_INCHES)), dpi=100
     )
     ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
     ax.set_xlim(0, width)
-    ax.set_ylim(height, 0)
+    ax.set_ylim(height, -TITLE_H)
     ax.set_axis_off()
     fig.patch.set_facecolor("#ffffff")
+    _text(ax, 8, -TITLE_H / 2 + 5, title, 13.0, fontweight="bold")
     return fig, ax
 
 
@@ -94,7 +100,8 @@ def tree_png(layout: TreeLayout, path: str | os.PathLike[str], *, scale: float =
     """Draw the cluster tree to ``path`` (the geometry of :func:`.svg.tree_svg`)."""
     from matplotlib.patches import Circle
 
-    fig, ax = _canvas(layout.width, layout.height)
+    fig, ax = _canvas(layout.width, layout.height,
+                      f"Cluster tree: {len(layout.leaf_order)} leaves (area = weight)")
     by_id = {b.node_id: b for b in layout.nodes}
     for child in layout.nodes:
         parent = by_id.get(child.parent)
@@ -127,7 +134,7 @@ def tree_png(layout: TreeLayout, path: str | os.PathLike[str], *, scale: float =
         _text(ax, box.x, y, box.title, 12.0, ha="center", fontweight="bold")
         y += LINE_HEIGHT
         _text(ax, box.x, y, box.size_line, ha="center", color=MUTED)
-        for feat, p in zip(box.features, box.probabilities, strict=True):
+        for feat, p in zip(box.drawn_features, box.probabilities, strict=False):
             y += LINE_HEIGHT
             _text(ax, box.x, y, f"{truncate(feat.text, 25)} {_pct(p)}", ha="center")
     return _save(fig, path, scale)
@@ -142,9 +149,10 @@ def frequency_png(
     n_cols = 1 + len(table.leaf_order)
     width = FREQ_LABEL_W + n_cols * FREQ_CELL_W + 12.0
     height = FREQ_HEAD_H + max(len(table.features), 1) * FREQ_ROW_H + 10.0
-    fig, ax = _canvas(width, height)
+    title = f"Frequency of the {len(table.features)} most frequent features, overall and per leaf"
+    fig, ax = _canvas(width, height, title)
     heads = [("all", "#3b4450", "100%")] + [
-        (f"#{nid}", table.colours[nid], fmt_share(s))
+        (table.names.get(nid, f"#{nid}"), table.colours[nid], fmt_share(s))
         for nid, s in zip(table.leaf_order, table.leaf_shares, strict=True)
     ]
     for j, (name, colour, share) in enumerate(heads):
@@ -160,9 +168,9 @@ def frequency_png(
         for j, (_, colour, _) in enumerate(heads):
             v = float(table.values[i, j])
             x = FREQ_LABEL_W + j * FREQ_CELL_W + 4
-            bar = (FREQ_CELL_W - 8) * min(max(v / table.vmax, 0.0), 1.0)
+            bar = FREQ_BAR_W * min(max(v / table.vmax, 0.0), 1.0)
             ax.add_patch(
-                Rectangle((x, y + 3), FREQ_CELL_W - 8, FREQ_ROW_H - 6, facecolor="#e7eaee", lw=0)
+                Rectangle((x, y + 3), FREQ_BAR_W, FREQ_ROW_H - 6, facecolor="#e7eaee", lw=0)
             )
             ax.add_patch(
                 Rectangle((x, y + 3), bar, FREQ_ROW_H - 6, facecolor=colour, alpha=0.85, lw=0)
@@ -180,7 +188,8 @@ def heatmap_png(data: HeatmapData, path: str | os.PathLike[str], *, scale: float
     from matplotlib.patches import Rectangle
 
     width, height, rh = heat_size(data)
-    fig, ax = _canvas(width, height)
+    fig, ax = _canvas(width, height,
+                      f"{data.n_rows} sampled events by leaf × the most frequent features")
     n_feat = len(data.features)
     if data.n_rows and n_feat:
         # One image: white, leaf tint per row, dark cells; each column HEAT_COL_W px wide with a
@@ -213,7 +222,8 @@ def heatmap_png(data: HeatmapData, path: str | os.PathLike[str], *, scale: float
             Rectangle((HEAT_LEFT - 14, y), 10, h, facecolor=data.colours.get(leaf, "#999999"), lw=0)
         )
         if h >= 11:
-            _text(ax, HEAT_LEFT - 20, y + min(h / 2, 12) + 4, f"#{leaf} ({count})", ha="right")
+            name = data.names.get(leaf, f"#{leaf}")
+            _text(ax, HEAT_LEFT - 20, y + min(h / 2, 12) + 4, f"{name} ({count})", ha="right")
     for j, feat in enumerate(data.features):
         x = HEAT_LEFT + (j + 0.5) * HEAT_COL_W
         ax.text(

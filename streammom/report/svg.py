@@ -73,7 +73,7 @@ def _pct(p: float) -> str:
 # --------------------------------------------------------------------------------- tree
 def _node_tooltip(box: NodeBox, layout: TreeLayout) -> str:
     lines = [
-        f"node {box.node_id}" + (" (leaf)" if box.is_leaf else ""),
+        (f"leaf {box.name} (node {box.node_id})" if box.is_leaf else f"node {box.node_id}"),
         f"weight {fmt_weight(box.weight)}, {fmt_share(box.share)} of all",
         f"most relevant features (λ = {layout.lam:g}):",
     ]
@@ -114,7 +114,7 @@ def _node(box: NodeBox, layout: TreeLayout) -> str:
         f'<text class="node-size" x="{_n(box.x)}" y="{_n(y)}" text-anchor="middle" '
         f'fill="{MUTED}">{escape(box.size_line)}</text>'
     )
-    for feat, p in zip(box.features, box.probabilities, strict=True):
+    for feat, p in zip(box.drawn_features, box.probabilities, strict=False):
         y += LINE_HEIGHT
         parts.append(
             f'<text class="feature" data-feature="{_a(feat.code)}" data-index="{feat.index}" '
@@ -146,6 +146,8 @@ FREQ_LABEL_W = 260.0
 FREQ_HEAD_H = 50.0
 FREQ_ROW_H = 20.0
 FREQ_CELL_W = 76.0
+FREQ_VALUE_W = 32.0  # the value is written right of its bar, never over it
+FREQ_BAR_W = FREQ_CELL_W - 8.0 - FREQ_VALUE_W
 
 
 def _value_text(v: float, percent: bool) -> str:
@@ -162,7 +164,7 @@ def frequency_svg(table: FrequencyTable, *, standalone: bool = False) -> str:
     title = f"Frequency of the {len(table.features)} most frequent features, overall and per leaf"
     out = [_open_svg(width, height, title, "frequency", standalone)]
     heads = [("all", "#3b4450", "100%")] + [
-        (f"#{nid}", table.colours[nid], fmt_share(s))
+        (table.names.get(nid, f"#{nid}"), table.colours[nid], fmt_share(s))
         for nid, s in zip(table.leaf_order, table.leaf_shares, strict=True)
     ]
     for j, (name, colour, share) in enumerate(heads):
@@ -189,9 +191,9 @@ def frequency_svg(table: FrequencyTable, *, standalone: bool = False) -> str:
         for j, (_, colour, _) in enumerate(heads):
             v = float(table.values[i, j])
             x = FREQ_LABEL_W + j * FREQ_CELL_W + 4
-            bar = (FREQ_CELL_W - 8) * min(max(v / table.vmax, 0.0), 1.0)
+            bar = FREQ_BAR_W * min(max(v / table.vmax, 0.0), 1.0)
             out.append(
-                f'<rect x="{_n(x)}" y="{_n(y + 3)}" width="{_n(FREQ_CELL_W - 8)}" '
+                f'<rect x="{_n(x)}" y="{_n(y + 3)}" width="{_n(FREQ_BAR_W)}" '
                 f'height="{_n(FREQ_ROW_H - 6)}" fill="#e7eaee" rx="2"/>'
                 f'<rect class="bar" x="{_n(x)}" y="{_n(y + 3)}" width="{_n(bar)}" '
                 f'height="{_n(FREQ_ROW_H - 6)}" fill="{colour}" fill-opacity="0.85" rx="2"/>'
@@ -257,7 +259,7 @@ def heatmap_svg(data: HeatmapData, *, standalone: bool = False) -> str:
         if h >= 11:
             out.append(
                 f'<text x="{_n(HEAT_LEFT - 20)}" y="{_n(y + min(h / 2, 12) + 4)}" '
-                f'text-anchor="end">#{leaf} ({count})</text>'
+                f'text-anchor="end">{escape(data.names.get(leaf, f"#{leaf}"))} ({count})</text>'
             )
         out.append("</g>")
     out.append('<g class="heat-cells" fill="#1b1f24">')

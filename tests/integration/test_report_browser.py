@@ -135,3 +135,77 @@ def test_report_renders_in_chromium(report: tuple[Path, HierarchyModel], tmp_pat
     # Text is rendered (dark pixels: node ids, weights, feature names).
     dark = (region.sum(axis=2) < 200).mean()
     assert dark > 0.002, f"no text in the tree region ({dark:.4f})"
+
+
+def _balanced_model(depth: int, d: int, seed: int) -> HierarchyModel:
+    """A complete binary tree of 2**depth leaves over real ICD-10-CM codes (long names)."""
+    from service.synthetic import all_codes
+    from streammom.model import Router, TreeNode
+
+    rng = np.random.default_rng(seed)
+    codes = all_codes()[:d]
+    nodes, next_id, frontier = [], 1, [(0, -1, 0, 1.0)]
+    while frontier:
+        nid, parent, level, share = frontier.pop()
+        mean = rng.beta(0.3, 3.0, size=d)
+        if level == depth:
+            nodes.append(TreeNode(nid, parent, level, 32_000 * share, mean))
+            continue
+        kids = (next_id, next_id + 1)
+        next_id += 2
+        router = Router(rng.normal(size=(2, d)), rng.normal(size=2), absolute=False)
+        split = float(rng.uniform(0.35, 0.65))
+        nodes.append(TreeNode(nid, parent, level, 32_000 * share, mean, kids, router))
+        frontier += [(kids[0], nid, level + 1, share * split),
+                     (kids[1], nid, level + 1, share * (1 - split))]
+    return HierarchyModel(nodes, n_features=d, feature_names=codes)
+
+
+def test_a_32_leaf_report_is_readable_on_one_screen(tmp_path: Path) -> None:
+    """Issue #17 item 11: at 32 leaves the tree fits the window (compact layout), every leaf
+    has its own colour and is drawn, leaves are numbered L1…L32 left to right, and the leaf
+    table gives every leaf's features in full (no truncation)."""
+    from PIL import Image
+
+    binary = _chromium()
+    model = _balanced_model(5, 50, seed=3)
+    assert model.n_leaves == 32
+    snapshot = tmp_path / "model32.smm"
+    snapshot.write_bytes(model.to_bytes())
+    html_path = tmp_path / "report32.html"
+    assert run_report(snapshot, html_path, codes="icd10") == 0
+    url = html_path.resolve().as_uri()
+
+    dom = _run_chromium(binary, tmp_path / "profile-dom", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    body = _Body()
+    body.feed(dom.stdout)
+    assert body.attrs.get("data-rendered") == "ok" and not body.attrs.get("data-errors")
+    left, top, width, height = (int(v) for v in
+                                re.findall(r"-?\d+", body.attrs.get("data-tree-box") or ""))
+    assert left >= 0 and left + width <= WINDOW[0], "the tree is wider than the window"
+    assert top + height <= WINDOW[1], "the tree does not fit the first screen"
+    leaf_labels = re.findall(r'class="node-title"[^>]*>(L\d+)<', dom.stdout)
+    assert leaf_labels and sorted(leaf_labels, key=lambda s: int(s[1:])) == [
+        f"L{i}" for i in range(1, 33)]
+    leaf_rows = re.findall(r"<tr><td[^>]*><span class=\"swatch\"", dom.stdout)
+    assert len(leaf_rows) == 32
+    assert "…" not in dom.stdout.split('id="leaves"', 1)[1].split("</section>", 1)[0]
+
+    from streammom.report import compute_figures
+
+    colours = list(compute_figures(model).layout.colours[nid]
+                   for nid in compute_figures(model).layout.leaf_order)
+    rgb = np.array([[int(c[i : i + 2], 16) for i in (1, 3, 5)] for c in colours], dtype=float)
+    gaps = np.abs(rgb[:, None, :] - rgb[None, :, :]).sum(axis=2) + np.eye(32) * 999
+    assert gaps.min() > 40, "two leaves share (almost) the same colour"
+
+    shot = tmp_path / "report32.png"
+    run = _run_chromium(binary, tmp_path / "profile-shot", f"--screenshot={shot}", url)
+    assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
+    pixels = np.asarray(Image.open(shot).convert("RGB"), dtype=np.int16)
+    region = pixels[top : top + height, left : left + width]
+    for colour, c in zip(colours, rgb, strict=True):
+        drawn = 0.9 * c + 0.1 * 255
+        close = (np.abs(region - drawn).sum(axis=2) < 24).sum()
+        assert close > 20, f"leaf colour {colour} is not visible in the tree ({close} px)"

@@ -33,6 +33,7 @@ from streammom.report import (
     load_model,
     write_report,
 )
+from streammom.report.png import TITLE_H
 from streammom.report.terminal import render_tree, tree_summary
 from streammom.serialization import SnapshotFormatError, archive_bytes
 
@@ -185,11 +186,19 @@ def test_one_svg_node_element_per_tree_node(known: SimpleNamespace, report_html:
     assert sorted(int(el.get("data-node-id")) for el in nodes) == sorted(known.model.nodes)
     leaves = {int(el.get("data-node-id")) for el in nodes if "leaf" in _classes(el)}
     assert leaves == set(known.model.leaf_ids)
-    # Every node is labelled with its id and weight.
+    # Every node is labelled with its id (leaves also with L1… left to right) and weight.
+    leaf_numbers = []
     for el in nodes:
         texts = ["".join(t.itertext()) for t in el.iter("text")]
-        assert texts[0].startswith(f"#{el.get('data-node-id')}")
+        nid = el.get("data-node-id")
+        if "leaf" in _classes(el):
+            head, _, tail = texts[0].partition(" · ")
+            assert tail == f"#{nid}" and head.startswith("L")
+            leaf_numbers.append(int(head[1:]))
+        else:
+            assert texts[0] == f"#{nid}"
         assert texts[1].startswith("w ")
+    assert sorted(leaf_numbers) == list(range(1, len(leaves) + 1))
 
 
 def test_node_area_proportional_to_weight(known: SimpleNamespace, report_html: str) -> None:
@@ -276,7 +285,7 @@ def test_frequency_chart_top20_and_leaf_values(known: SimpleNamespace, report_ht
     assert rows == [known.names[i] for i in expected]
     heads = [el.get("data-column") for el in freq.iter("g") if "freq-head" in _classes(el)]
     figs = compute_figures(known.model)
-    assert heads == ["all"] + [f"#{nid}" for nid in figs.layout.leaf_order]
+    assert heads == ["all"] + [f"L{i + 1}" for i in range(len(figs.layout.leaf_order))]
     leaf = figs.layout.leaf_order[0]
     np.testing.assert_allclose(figs.frequency.values[:, 1], known.model.nodes[leaf].mean[expected])
 
@@ -329,7 +338,8 @@ def test_png_and_svg_exports(known: SimpleNamespace, events_file: Path, tmp_path
             root = ET.fromstring(data)
             assert root.tag == "{http://www.w3.org/2000/svg}svg"
     tree_w, tree_h = _png_size((tmp_path / "png" / "tree.png").read_bytes())
-    assert (tree_w, tree_h) == (round(figs.layout.width), round(figs.layout.height))
+    # the PNG is the layout plus a title band
+    assert (tree_w, tree_h) == (round(figs.layout.width), round(figs.layout.height + TITLE_H))
     nodes = [el for el in ET.parse(tmp_path / "svg" / "tree.svg").iter() if "node" in _classes(el)]
     assert len(nodes) == len(known.model.nodes)
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memory_harness import IN, memory_worker, small_settings
+from memory_harness import IN, fill_cohort, memory_worker, small_settings
 
 from service.commands.run import install_signal_handlers
 from service.config import Settings
@@ -271,3 +271,21 @@ def test_the_worker_limits_the_blas_pools_while_it_runs(tmp_path: Path) -> None:
     assert worker.run() == 0
     assert seen and all(n == 1 for n in seen[0])
     assert pools() == before
+
+
+def test_a_refit_is_checkpointed_at_once(tmp_path: Path) -> None:
+    """checkpoint.on_refit (default): the batch that refits also writes a checkpoint, so the
+    new model is on disk (inspect/report) long before the event schedule's next one."""
+    settings = small_settings(tmp_path, checkpoint={"on_refit": True, "every_events": 10**6})
+    broker = MemoryBroker()
+    fill_cohort(broker, 1200)
+    worker = memory_worker(settings, broker)
+    worker.restore()
+    for _ in range(4):  # 1,000 events: the growth schedule's first refit is due
+        assert worker.process_batch(worker.source.poll(250, 0.0))
+    assert worker.refits >= 1
+    assert worker.store.path.exists()
+    from service.checkpoint import decode_checkpoint
+
+    ckpt = decode_checkpoint(worker.store.path)
+    assert ckpt.engine().model_version_ == worker.engine.model_version_ >= 1
