@@ -109,6 +109,28 @@ def _csv_events(path: str, layout: CsvLayout) -> Iterator[tuple[int, list[str]]]
             yield size, [c.strip() for c in cells if c.strip()]
 
 
+def _is_csv(path: str) -> bool:
+    return path.lower().endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz"))
+
+
+def csv_layout_warning(path: str, layout: CsvLayout | None) -> str | None:
+    """A one-line warning when a CSV read row by row (every cell a code) looks like it has an
+    id column — its first cells all differ, as patient ids do — so ids (and a header) would
+    become features; ``None`` otherwise. Reads at most 200 rows."""
+    if path == "-" or not _is_csv(path) or (layout is not None and layout.column is not None):
+        return None
+    delimiter = "\t" if path.lower().endswith((".tsv", ".tsv.gz")) else ","
+    with _open_text(path) as fh:
+        rows = [row for _, row in zip(range(200), csv.reader(fh, delimiter=delimiter),
+                                      strict=False) if len(row) > 1]
+    firsts = [row[0].strip() for row in rows]
+    if len(rows) < 20 or len(set(firsts)) < 0.9 * len(firsts):
+        return None
+    return (f"warning: the first column of {path} looks like ids (its values all differ) and "
+            "every cell of a row is read as a code, a header row too: give the column of "
+            f"codes with --csv-column (header name or index), e.g. --csv-column {len(rows[0]) - 1}")
+
+
 def iter_batches(
     path: str, *, batch_size: int, limits: LimitsSettings | None = None, fmt: str = "auto",
     csv_layout: CsvLayout | None = None,
@@ -121,7 +143,7 @@ def iter_batches(
     """
     lower = path.lower()
     if fmt == "auto":
-        fmt = "csv" if lower.endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")) else "jsonl"
+        fmt = "csv" if _is_csv(path) else "jsonl"
     rejected: dict[str, int] = {}
     nbytes = 0
     batch: list[Any] = []
@@ -180,6 +202,9 @@ def fit_file(
     csv_layout: CsvLayout | None = None,
 ) -> dict[str, Any]:
     """Stream a file through a fresh engine (``learn`` per batch), refit, write its snapshot."""
+    warning = csv_layout_warning(path, csv_layout)
+    if warning:
+        print(warning, file=sys.stderr)
     engine = build_engine(model_cfg)
     binary = model_cfg.family == "bernoulli"
     total = os.path.getsize(path) if path != "-" else None

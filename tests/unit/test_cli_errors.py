@@ -119,3 +119,14 @@ def test_mostly_rejected_input_is_called_out(tmp_path: Path) -> None:
     (tmp_path / "codes.jsonl").write_text("".join(f"p{i},I10,E11.9\n" for i in range(50)))
     result = _cli("fit", "codes.jsonl", "-o", "m.smm", "--no-progress", cwd=tmp_path)
     assert "warning: 50 of 50 events" in result.stderr and "JSONL" in result.stderr
+
+
+def test_an_id_column_read_as_codes_is_called_out(tmp_path: Path) -> None:
+    rows = ["patient,dx1,dx2"] + [f"p{i},I10,E11.9" for i in range(50)]
+    (tmp_path / "codes.csv").write_text("\n".join(rows) + "\n")
+    result = _cli("fit", "codes.csv", "-o", "m.smm", "--no-progress", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "looks like ids" in result.stderr and "--csv-column" in result.stderr
+    clean = _cli("fit", "codes.csv", "-o", "m.smm", "--no-progress", "--csv-column", "dx1",
+                 cwd=tmp_path)
+    assert "warning" not in clean.stderr
