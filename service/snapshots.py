@@ -11,7 +11,7 @@ from typing import Any
 from service.checkpoint import CHECKPOINT_KIND, ENGINE_PREFIX, decode_checkpoint
 from streammom import StreamingHierarchy
 from streammom.model import HierarchyModel
-from streammom.report import from_engine, model_info
+from streammom.report import from_engine, load_model
 from streammom.report.loader import from_engine_archive, routing_members
 from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, read_archive
 
@@ -76,26 +76,26 @@ def load_for_report(
         raise FileNotFoundError(f"snapshot not found: {source}")
     label = str(source)
     try:
+        manifest, _ = read_archive(source, max_bytes=max_bytes, select=lambda name: False)
+        if manifest.get("kind") != CHECKPOINT_KIND:  # a model archive or an engine snapshot
+            return load_model(source, max_bytes=max_bytes)
         manifest, arrays = read_archive(source, max_bytes=max_bytes, select=routing_members)
-        kind = manifest.get("kind")
-        if kind == "hierarchy-model":
-            model = HierarchyModel.from_archive(manifest, arrays)
-            return model, model_info(model, kind=kind, source=label)
-        if kind == CHECKPOINT_KIND and isinstance(manifest.get("engine"), dict):
-            manifest = manifest["engine"]
-            arrays = {k.removeprefix(ENGINE_PREFIX): v for k, v in arrays.items()}
-        if kind in (CHECKPOINT_KIND, "streaming-hierarchy"):
-            stored = from_engine_archive(manifest, arrays, source=label)
+        engine_manifest = manifest.get("engine")
+        if isinstance(engine_manifest, dict):
+            stored = from_engine_archive(
+                engine_manifest, {k.removeprefix(ENGINE_PREFIX): v for k, v in arrays.items()},
+                source=label)
             if stored is not None:
                 return stored
-        loaded = load_snapshot(source, max_bytes=max_bytes)
+        loaded = load_snapshot(source, max_bytes=max_bytes)  # written before models were stored
     except (KeyError, TypeError, IndexError, AttributeError, OverflowError,
             RecursionError) as exc:
         raise SnapshotFormatError(f"{source}: invalid snapshot: {exc!r}") from exc
     except SnapshotFormatError as exc:
+        if str(exc).startswith(label):
+            raise
         raise SnapshotFormatError(f"{source}: not a streammom snapshot ({exc})") from exc
-    if loaded.engine is None:
-        return loaded.model, model_info(loaded.model, kind=loaded.kind, source=label)
+    assert loaded.engine is not None
     try:
         return from_engine(loaded.engine, source=label)
     except ValueError as exc:
