@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from service.checkpoint import CHECKPOINT_KIND, ENGINE_PREFIX, decode_checkpoint
 from streammom import StreamingHierarchy
 from streammom.model import HierarchyModel
 from streammom.report import from_engine, load_model
-from streammom.report.loader import from_engine_archive, routing_members
+from streammom.report.loader import from_engine_archive, routing_members, snapshot_path
 from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, read_archive
 
 __all__ = ["LoadedSnapshot", "load_for_report", "load_snapshot"]
@@ -69,11 +68,7 @@ def load_for_report(
     path and :class:`SnapshotFormatError` (naming the path) for anything that is not a valid
     snapshot.
     """
-    source = Path(path)
-    if source.is_dir():
-        raise IsADirectoryError(f"snapshot is a directory: {source}")
-    if not source.is_file():
-        raise FileNotFoundError(f"snapshot not found: {source}")
+    source = snapshot_path(path)
     label = str(source)
     try:
         manifest, _ = read_archive(source, max_bytes=max_bytes, select=lambda name: False)

@@ -40,10 +40,21 @@ from streammom.serialization import (
 )
 
 __all__ = ["ACCEPTED_KINDS", "from_engine", "from_engine_archive", "load_model", "model_info",
-           "routing_members"]
+           "routing_members", "snapshot_path"]
 
 ACCEPTED_KINDS = ("hierarchy-model", "streaming-hierarchy")
 _NODE_SUMS = re.compile(r"^(?:[a-z]+__)?n\d+_")
+
+
+def snapshot_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a :class:`~pathlib.Path` if it names a file; :class:`IsADirectoryError` or
+    :class:`FileNotFoundError` (naming it) otherwise."""
+    source = Path(path)
+    if source.is_dir():
+        raise IsADirectoryError(f"snapshot is a directory: {source}")
+    if not source.is_file():
+        raise FileNotFoundError(f"snapshot not found: {source}")
+    return source
 
 
 def routing_members(name: str) -> bool:
@@ -76,11 +87,7 @@ def load_model(
     if isinstance(source, bytes | bytearray | memoryview):
         raw, label = bytes(source), "<bytes>"
     else:
-        raw = Path(source)
-        if raw.is_dir():
-            raise IsADirectoryError(f"snapshot is a directory: {raw}")
-        if not raw.is_file():
-            raise FileNotFoundError(f"snapshot not found: {raw}")
+        raw = snapshot_path(source)
         label = str(raw)
     try:
         manifest, arrays = read_archive(raw, max_bytes=max_bytes, select=routing_members)
