@@ -326,6 +326,9 @@ class StreamingHierarchy(Estimator):
             X = self._columns_in_use(as_csr(X), vocab)
         X = as_csr(X, self.n_features_)
         X.eliminate_zeros()
+        if self.family == "bernoulli" and X.nnz and (X.data != 1.0).any():
+            raise ValueError("family='bernoulli' needs binary X (entries 0 or 1); counts need "
+                             "family='multinomial' (or Vocabulary.transform(..., binary=True))")
         if self.n_features_ is None:
             self._init_tree(X.shape[1])
         return X

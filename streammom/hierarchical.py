@@ -290,8 +290,10 @@ class HierarchicalMoM(Estimator):
         counts = np.array([np.count_nonzero(~go_right), np.count_nonzero(go_right)])
         if share[1] > share[0]:  # canonical order: heavier child first
             split = split.swapped()
-            go_right = ~go_right
-            share, counts = share[::-1], counts[::-1]
+            # route again, not ~go_right: a tie (s₀ = s₁) goes to child 0 under either router
+            go_right = split.router.side(Xn) == 1
+            share = np.array([wn[~go_right].sum(), wn[go_right].sum()])
+            counts = np.array([np.count_nonzero(~go_right), np.count_nonzero(go_right)])
         quality["child_share_min"] = float(share[1] / node.weight) if node.weight > 0 else 0.0
         node.quality = quality
         if counts.min() == 0 or share[1] < self.min_child_fraction * node.weight:

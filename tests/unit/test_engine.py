@@ -325,3 +325,16 @@ def test_warm_up_compiles_every_kernel_the_engine_uses() -> None:
     assert eng.model_.n_leaves >= 2 and counts.model_.n_leaves >= 2
     after = {k: len(getattr(_kernels, k).signatures) for k in names}
     assert after == before
+
+
+def test_bernoulli_engine_refuses_counts() -> None:
+    """Issue #15: every estimator enforces the binary data family='bernoulli' models (the
+    engine accepted counts up to 47 silently)."""
+    eng = StreamingHierarchy(n_features=4)
+    with pytest.raises(ValueError, match="binary"):
+        eng.learn(sp.csr_array(np.array([[0.0, 47.0, 1.0, 0.0]])))
+    assert eng.n_events_seen_ == 0
+    eng.learn(sp.csr_array(np.array([[0.0, 1.0, 1.0, 0.0]])))
+    counts = StreamingHierarchy(n_features=4, family="multinomial")
+    counts.learn(sp.csr_array(np.array([[0.0, 47.0, 1.0, 3.0]])))
+    assert counts.n_events_seen_ == 1

@@ -257,3 +257,22 @@ def test_validation_errors() -> None:
     est = HierarchicalMoM(max_depth=1, family="multinomial").fit(X)
     with pytest.raises(ValueError, match="features"):
         est.predict(np.ones((2, 5)))
+
+
+def test_labels_equal_predict_when_rows_tie(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #15: all-zero rows tie under a D-SIDIWO router (|0| = |0|) and go to child 0.
+    When the split comes out with the heavier child second (forced here: the moment split is
+    returned in the other child order), the estimator puts it first — and the fitted labels
+    must still agree with predict for the tied rows."""
+    import streammom.hierarchical as hierarchical
+
+    real = hierarchical.compute_split
+    monkeypatch.setattr(hierarchical, "compute_split",
+                        lambda *args, **kw: real(*args, **kw).swapped())
+    rng = np.random.default_rng(0)
+    A = (rng.random((1000, 30)) < np.where(np.arange(30) < 15, 0.5, 0.03)).astype(float)
+    B = (rng.random((500, 30)) < np.where(np.arange(30) < 15, 0.03, 0.5)).astype(float)
+    X = sp.csr_array(np.vstack([A, B, np.zeros((200, 30))]))  # 200 rows tie everywhere
+    est = HierarchicalMoM(max_depth=1, method="dsidiwo", random_state=0).fit(X)
+    assert est.model_.n_leaves == 2
+    np.testing.assert_array_equal(est.labels_, est.predict(X))
