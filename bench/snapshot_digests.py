@@ -95,7 +95,9 @@ def case_renormalise() -> dict[str, str]:
 
 def case_merge() -> dict[str, str]:
     X = _stream(60_000, 4)
-    base = _feed(StreamingHierarchy(D, refit_every=30_000, random_state=5), X[:30_000], 5_000)
+    # fixed refit points (no growth schedule): shards must not refit between fork and merge
+    base = _feed(StreamingHierarchy(D, refit_every=30_000, first_refit=None, random_state=5),
+                 X[:30_000], 5_000)
     other = base.fork()
     _feed(base, X[30_000:45_000], 5_000)
     _feed(other, X[45_000:], 5_000)

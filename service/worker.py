@@ -11,10 +11,8 @@ Per batch (bounded ``max_records``, poll timeout ≤ 1 s)::
          → flush (retried with backoff until the broker acknowledged everything)
          → advance the in-memory offsets → checkpoint if due → commit the checkpointed offsets
 
-Delivery semantics — exactly-once state, at-least-once outputs, commits that follow
-checkpoints, lost-state and recreated-topic detection, broker and disk errors retried, clean
-shutdown — are specified in ``docs/design.md`` §6 ("Delivery semantics"); each rule names the
-method or module that implements it.
+Delivery semantics (exactly-once state, at-least-once outputs, commits after checkpoints,
+retries, shutdown) are specified in ``docs/design.md`` §6 with the code implementing each.
 """
 
 from __future__ import annotations
@@ -448,8 +446,7 @@ class Worker:
 
     @property
     def model_key(self) -> bytes:
-        """The models-topic key of this worker (``<model.name>/<worker id>``)."""
-        return self.publisher.key
+        return self.publisher.key  # <model.name>/<worker id>
 
     def _flush(self) -> bool:
         """Flush the sink until everything is acknowledged, retrying with backoff; False only

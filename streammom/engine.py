@@ -46,7 +46,15 @@ from streammom.base import Estimator
 from streammom.decay import DecayClock
 from streammom.eigen import NodeEigensolver, ScratchBuffer
 from streammom.engine_archive import ENGINE_SCHEMA_VERSION, engine_from_archive, engine_to_archive
-from streammom.engine_input import check_timestamps, looks_like_events, one_event
+from streammom.engine_input import (
+    check_timestamps,
+    columns_in_use,
+    looks_like_events,
+    narrow_columns,
+    one_event,
+    state_width,
+)
+from streammom.engine_merge import fork_of, merge_into
 from streammom.engine_params import ENGINE_PARAMETERS
 from streammom.estimators import Family
 from streammom.model import (
@@ -68,8 +76,6 @@ from streammom.vocab import Vocabulary
 
 __all__ = ["ENGINE_SCHEMA_VERSION", "StreamingHierarchy"]
 
-#: The narrowest state (columns) an engine with a growing vocabulary starts with.
-_MIN_STATE_WIDTH = 64
 
 
 
@@ -98,8 +104,8 @@ class StreamingHierarchy(Estimator):
         since the last refit. None disables a trigger; ``refit()`` can always be called.
     first_refit : int >= 1 or None, default 1_000
         Growth schedule: the event trigger starts at ``first_refit`` events and doubles with
-        the events seen (1,000, 2,000, 4,000, 8,000, then every ``refit_every``), so a tree
-        grows on a stream of a few thousand events too. None: ``refit_every`` throughout.
+        every refit (1,000, 2,000, 4,000, 8,000 events apart, then every ``refit_every``), so a
+        tree grows on a stream of a few thousand events too. None: ``refit_every`` throughout.
     reservoir_size : int >= 2, default 1024
         Events kept per node (the bounded sample children and repairs start from).
     basis_dim : int in [2, 512], default 8
@@ -259,7 +265,7 @@ class StreamingHierarchy(Estimator):
         self._scratch = ScratchBuffer()  # reused d x d float32 eigen-solve buffer
         self._layout = LeafLayout(np.zeros(1, dtype=np.int64), 1, [])
         if vocabulary is not None:
-            self._init_tree(_state_width(vocabulary, 0, len(vocabulary)))
+            self._init_tree(state_width(vocabulary, 0, len(vocabulary)))
         elif n_features is not None:
             self._init_tree(int(n_features))
 
@@ -334,23 +340,13 @@ class StreamingHierarchy(Estimator):
         return X
 
     def _columns_in_use(self, X: sp.csr_array, vocab: Vocabulary) -> sp.csr_array:
-        """``X`` (the vocabulary's width, or the state's) cut to the state's width, widening
-        the state first when the vocabulary has grown past it (design §3: state sized by the
-        columns in use, grown geometrically up to the vocabulary's capacity)."""
-        d = self.n_features_
-        assert d is not None
-        if X.shape[1] not in (vocab.n_features, d):
-            raise ValueError(f"X has {X.shape[1]} features, expected {vocab.n_features} (the "
-                             f"vocabulary's) or {d} (the columns in use)")
-        used = max(len(vocab), int(X.indices.max()) + 1 if X.nnz else 0)
-        if used > d:
-            self._widen(_state_width(vocab, d, used))
-            d = self.n_features_
-        if X.shape[1] == d:
-            return X
-        out = sp.csr_array((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
-        out.has_sorted_indices = True
-        return out
+        """``X`` cut to the state's width, widening the state first when the vocabulary has
+        grown past it (:func:`streammom.engine_input.columns_in_use`)."""
+        assert self.n_features_ is not None
+        width = columns_in_use(X, vocab, self.n_features_)
+        if width > self.n_features_:
+            self._widen(width)
+        return narrow_columns(X, self.n_features_)
 
     def _widen(self, d_new: int) -> None:
         """Grow the state to ``d_new`` columns (zero sums); routing is unchanged."""
@@ -452,13 +448,13 @@ class StreamingHierarchy(Estimator):
                     and elapsed >= self.refit_every_seconds)
 
     def _refit_interval(self) -> int:
-        """Events between refits: ``refit_every``, or while the stream is young the growth
-        schedule's max(first_refit, events seen at the last refit) if that is shorter."""
+        """Events between refits: ``refit_every``, or on a young engine the growth schedule's
+        first_refit · 2^(refits so far) if that is shorter (a fork keeps its refit count, so
+        forks of one engine refit together and stay mergeable)."""
         assert self.refit_every is not None
         if self.first_refit is None:
             return self.refit_every
-        seen_before = self.n_events_seen_ - self._events_since_refit
-        return min(self.refit_every, max(self.first_refit, seen_before))
+        return min(self.refit_every, self.first_refit * 2 ** min(self.n_refits_, 40))
 
     # ------------------------------------------------------------------ hot path
     def _accumulate(self, X: sp.csr_array, w: np.ndarray, leaf_ids: np.ndarray) -> None:
@@ -571,62 +567,13 @@ class StreamingHierarchy(Estimator):
         return records
 
     # ------------------------------------------------------------------ merge
-    def _structure(self) -> list[tuple[int, int, tuple[int, ...]]]:
-        return [(nid, v.parent, tuple(v.children)) for nid, v in sorted(self.nodes_.items())]
-
     def merge(self, other: StreamingHierarchy) -> StreamingHierarchy:
-        """Add the sums of another engine that routed with the same model version and tree.
-
-        Exact for W, s, C, T, T1–T3 (design §3 "merge"); reservoirs are combined by weighted
-        sampling. Both engines must share the configuration, the tree, the model version and
-        every node's tracked basis. Returns self.
-        """
-        if not isinstance(other, StreamingHierarchy):
-            raise TypeError("can only merge another StreamingHierarchy")
-        if other.get_config() != self.get_config() or other.n_features_ != self.n_features_:
-            raise ValueError("cannot merge engines with different configurations")
-        if other.model_version_ != self.model_version_ or other._structure() != self._structure():
-            raise ValueError("cannot merge engines with different model versions or trees")
-        factor = self._decay.merge(other._decay, self.half_life)
-        for nid, v in self.nodes_.items():
-            o = other.nodes_[nid]
-            oacc = o.acc
-            if factor != 1.0:
-                oacc = oacc.copy()
-                oacc.decay(factor)
-            rng = np.random.default_rng([self.random_state, nid, self._batch_counter, 1])
-            v.reservoir = Reservoir.combine(
-                [(v.reservoir, v.acc.weight), (o.reservoir, oacc.weight)],
-                self.reservoir_size, rng,
-            )
-            v.acc.merge(oacc)
-            v.fresh += o.fresh * factor
-        self.n_events_seen_ += other.n_events_seen_
-        self._events_since_refit += other._events_since_refit
-        self._batch_counter = max(self._batch_counter, other._batch_counter) + 1
-        self._rebuild_model()
-        return self
+        """Add another engine's sums (same model version and tree; exact, design §3); self."""
+        return merge_into(self, other)
 
     def fork(self) -> StreamingHierarchy:
-        """A copy with the same config, tree, routers, bases and model version but empty sums.
-
-        For sharded workers: each fork learns its share and :meth:`merge` adds the partials.
-        """
-        out = StreamingHierarchy.from_archive(*self.to_archive())
-        for v in out.nodes_.values():
-            acc = v.acc
-            acc.weight = acc.t1 = acc.t2 = acc.t3 = 0.0
-            acc.s[:] = 0.0
-            if acc.C is not None:
-                acc.C[:] = 0.0
-            if acc.T is not None:
-                acc.T[:] = 0.0
-            v.fresh = 0.0
-            v.reservoir = Reservoir(self.reservoir_size, v.reservoir.n_features)
-        out.n_events_seen_ = 0
-        out._events_since_refit = 0
-        out._rebuild_model()
-        return out
+        """The same engine with empty sums: forks learn shares, :meth:`merge` adds them."""
+        return fork_of(self)
 
     # ------------------------------------------------------------------ snapshots
     def to_archive(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -650,15 +597,3 @@ class StreamingHierarchy(Estimator):
     def restore(cls, data: bytes) -> StreamingHierarchy:
         """Inverse of :meth:`snapshot`; continuing the restored engine replays byte for byte."""
         return cls.from_archive(*read_archive(data))
-
-
-def _state_width(vocab: Vocabulary, d: int, used: int) -> int:
-    """The state's width for ``used`` columns: at least 64, doubling (amortised O(1) copies
-    per column), never above the vocabulary's capacity.
-
-    >>> _state_width(Vocabulary(capacity=4096), 64, 65)
-    128
-    >>> _state_width(Vocabulary(capacity=100), 64, 65)
-    100
-    """
-    return min(vocab.n_features, max(used, 2 * d, _MIN_STATE_WIDTH))

@@ -21,7 +21,8 @@ import numpy as np
 
 from streammom.decay import DecayClock
 from streammom.model import MAX_NODE_ID, HierarchyModel, Router, check_tree
-from streammom.moments import MomentAccumulator, packed_size
+from streammom.moments import MomentAccumulator
+from streammom.packed import packed_size
 from streammom.reservoir import Reservoir
 from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, check_manifest
 from streammom.tree import Node, leaf_layout

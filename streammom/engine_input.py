@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
+
+from streammom.vocab import Vocabulary
 
 __all__ = ["check_timestamps", "looks_like_events", "one_event"]
 
@@ -56,3 +59,38 @@ def check_timestamps(timestamps: Any, n: int, *, required: bool) -> np.ndarray |
     if not np.isfinite(ts).all():
         raise ValueError("timestamps must be finite")
     return ts
+
+
+#: The narrowest state (columns) an engine with a growing vocabulary starts with.
+MIN_STATE_WIDTH = 64
+
+
+def state_width(vocab: Vocabulary, d: int, used: int) -> int:
+    """The state's width for ``used`` columns: at least 64, doubling (amortised O(1) copies
+    per column), never above the vocabulary's capacity (design §3 "width").
+
+    >>> state_width(Vocabulary(capacity=4096), 64, 65)
+    128
+    >>> state_width(Vocabulary(capacity=100), 64, 65)
+    100
+    """
+    return min(vocab.n_features, max(used, 2 * d, MIN_STATE_WIDTH))
+
+
+def columns_in_use(X: sp.csr_array, vocab: Vocabulary, d: int) -> int:
+    """The width the state needs for ``X`` (the vocabulary's width, or the state's ``d``):
+    ``d`` while the vocabulary's tokens and ``X``'s columns fit, else :func:`state_width`."""
+    if X.shape[1] not in (vocab.n_features, d):
+        raise ValueError(f"X has {X.shape[1]} features, expected {vocab.n_features} (the "
+                         f"vocabulary's) or {d} (the columns in use)")
+    used = max(len(vocab), int(X.indices.max()) + 1 if X.nnz else 0)
+    return d if used <= d else state_width(vocab, d, used)
+
+
+def narrow_columns(X: sp.csr_array, d: int) -> sp.csr_array:
+    """``X`` with ``d`` columns (its indices all < d: the same arrays, a narrower shape)."""
+    if X.shape[1] == d:
+        return X
+    out = sp.csr_array((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
+    out.has_sorted_indices = True
+    return out

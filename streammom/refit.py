@@ -40,7 +40,7 @@ import scipy.sparse.linalg as spla
 from streammom.decompose import KnownSpectrumOperator
 from streammom.eigen import NodeEigensolver, complete_basis
 from streammom.estimators import NodeMoments
-from streammom.moments import SymmetricMatrix
+from streammom.packed import SymmetricMatrix
 from streammom.split import Split, compute_split
 from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
 

@@ -18,6 +18,7 @@ def engine() -> StreamingHierarchy:
     eng = StreamingHierarchy(max_depth=2, refit_every=2_000)
     for start in range(0, 6_000, 1_000):
         eng.learn(X[start:start + 1_000])
+    eng.refit()  # the model and the sums describe the same moment
     return eng
 
 

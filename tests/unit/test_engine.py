@@ -57,7 +57,8 @@ def test_learn_assign_predict_and_lineage(small_stream: tuple[sp.csr_array, np.n
     assert eng.last_refit_duration_ >= 0.0
     assert adjusted_rand_score(y, eng.predict(X)) > 0.9
 
-    timed = StreamingHierarchy(120, max_depth=2, refit_every=4_000, min_split_weight=500)
+    timed = StreamingHierarchy(120, max_depth=2, refit_every=4_000, min_split_weight=500,
+                               first_refit=None)  # fixed refit points: every 4,000 events
     ts = 1.7e9 + 60.0 * np.arange(X.shape[0])
     _feed(timed, X, 1000, timestamps=ts)
     last_refit = (X.shape[0] // 4000) * 4000 - 1  # the policy runs after each 1,000-batch
@@ -289,7 +290,7 @@ def test_internal_c_is_offset_plus_children(
     root_after = eng.node_accumulator(0)
     dense = X[8000:12_000].toarray()
     inc = dense.T @ dense
-    from streammom.moments import unpack_symmetric
+    from streammom.packed import unpack_symmetric
 
     np.testing.assert_allclose(
         unpack_symmetric(root_after.C - root_before.C, 120), inc, rtol=1e-12, atol=1e-9
@@ -338,3 +339,22 @@ def test_bernoulli_engine_refuses_counts() -> None:
     counts = StreamingHierarchy(n_features=4, family="multinomial")
     counts.learn(sp.csr_array(np.array([[0.0, 47.0, 1.0, 3.0]])))
     assert counts.n_events_seen_ == 1
+
+
+def test_growth_schedule_refits_early_then_every_refit_every() -> None:
+    """first_refit: refits 1,000, 2,000, 4,000 … events apart until the interval reaches
+    refit_every (a tree on short streams); None: refit_every from the start."""
+    X, _, _ = make_hierarchical_bernoulli(20_000, 200, 4, random_state=3)
+    points = {}
+    for first in (1_000, None):
+        eng = StreamingHierarchy(200, refit_every=5_000, first_refit=first)
+        seen = []
+        for start in range(0, X.shape[0], 500):
+            before = eng.n_refits_
+            eng.learn(X[start:start + 500])
+            if eng.n_refits_ > before:
+                seen.append(eng.n_events_seen_)
+        points[first] = seen
+    assert points[1_000] == [1_000, 3_000, 7_000, 12_000, 17_000]
+    assert points[None] == [5_000, 10_000, 15_000, 20_000]
+

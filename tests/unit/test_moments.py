@@ -8,8 +8,8 @@ import scipy.sparse as sp
 
 from streammom.decompose import top_eigenpairs
 from streammom.estimators import moments_from_data
-from streammom.moments import (
-    MomentAccumulator,
+from streammom.moments import MomentAccumulator
+from streammom.packed import (
     SymmetricMatrix,
     add_packed_gram,
     pack_symmetric,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from streammom import StreamingHierarchy, Vocabulary
-from streammom.moments import packed_size
+from streammom.packed import packed_size
 
 
 def _events(rng: np.random.Generator, n: int, n_tokens: int, start: int = 0) -> list[list[str]]:

@@ -1,0 +1,74 @@
+"""Merging and forking engines (design §3 "merge"): the sums are exact sums, so engines that
+routed with the same model add their partial sums — the basis of sharded learning."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from streammom.reservoir import Reservoir
+
+if TYPE_CHECKING:
+    from streammom.engine import StreamingHierarchy
+
+__all__ = ["fork_of", "merge_into", "structure"]
+
+
+def structure(eng: StreamingHierarchy) -> list[tuple[int, int, tuple[int, ...]]]:
+    """(id, parent, children) of every node, by id: two engines merge only if equal."""
+    return [(nid, v.parent, tuple(v.children)) for nid, v in sorted(eng.nodes_.items())]
+
+def merge_into(self: StreamingHierarchy, other: StreamingHierarchy) -> StreamingHierarchy:
+    """Add the sums of another engine that routed with the same model version and tree.
+
+    Exact for W, s, C, T, T1–T3 (design §3 "merge"); reservoirs are combined by weighted
+    sampling. Both engines must share the configuration, the tree, the model version and
+    every node's tracked basis. Returns self.
+    """
+    if not isinstance(other, type(self)):
+        raise TypeError("can only merge another StreamingHierarchy")
+    if other.get_config() != self.get_config() or other.n_features_ != self.n_features_:
+        raise ValueError("cannot merge engines with different configurations")
+    if other.model_version_ != self.model_version_ or structure(other) != structure(self):
+        raise ValueError("cannot merge engines with different model versions or trees")
+    factor = self._decay.merge(other._decay, self.half_life)
+    for nid, v in self.nodes_.items():
+        o = other.nodes_[nid]
+        oacc = o.acc
+        if factor != 1.0:
+            oacc = oacc.copy()
+            oacc.decay(factor)
+        rng = np.random.default_rng([self.random_state, nid, self._batch_counter, 1])
+        v.reservoir = Reservoir.combine(
+            [(v.reservoir, v.acc.weight), (o.reservoir, oacc.weight)],
+            self.reservoir_size, rng,
+        )
+        v.acc.merge(oacc)
+        v.fresh += o.fresh * factor
+    self.n_events_seen_ += other.n_events_seen_
+    self._events_since_refit += other._events_since_refit
+    self._batch_counter = max(self._batch_counter, other._batch_counter) + 1
+    self._rebuild_model()
+    return self
+
+def fork_of(self: StreamingHierarchy) -> StreamingHierarchy:
+    """A copy with the same config, tree, routers, bases and model version but empty sums.
+
+    For sharded workers: each fork learns its share and :meth:`merge` adds the partials.
+    """
+    out = type(self).from_archive(*self.to_archive())
+    for v in out.nodes_.values():
+        acc = v.acc
+        acc.weight = acc.t1 = acc.t2 = acc.t3 = 0.0
+        acc.s[:] = 0.0
+        if acc.C is not None:
+            acc.C[:] = 0.0
+        if acc.T is not None:
+            acc.T[:] = 0.0
+        v.fresh = 0.0
+        v.reservoir = Reservoir(self.reservoir_size, v.reservoir.n_features)
+    out.n_events_seen_ = 0
+    out._events_since_refit = 0
+    out._rebuild_model()
+    return out
