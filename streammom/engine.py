@@ -65,6 +65,7 @@ from streammom.moments import (
     MomentAccumulator,
     row_sums,
 )
+from streammom.packed import SparsePacked, add_into, dense
 from streammom.refit import RefitPass
 from streammom.reservoir import Reservoir
 from streammom.serialization import (
@@ -509,12 +510,12 @@ class StreamingHierarchy(Estimator):
         v = self.nodes_[nid]
         assert v.acc.C is not None
         if v.is_leaf:
-            return v.acc.C
-        out = v.acc.C.copy()
+            return dense(v.acc.C)
+        out = v.acc.C.to_dense() if isinstance(v.acc.C, SparsePacked) else v.acc.C.copy()
         for desc in subtree(self.nodes_, nid)[1:]:
             c = self.nodes_[desc].acc.C
             assert c is not None
-            out += c
+            add_into(out, c)
         return out
 
     def _pool(self) -> PackedBufferPool:
@@ -528,7 +529,9 @@ class StreamingHierarchy(Estimator):
     def _delete_nodes(self, node_ids: list[int]) -> None:
         """Remove nodes; their C buffers go back to the pool."""
         for nid in node_ids:
-            self._pool().release(self.nodes_.pop(nid).acc.C)
+            C = self.nodes_.pop(nid).acc.C
+            if isinstance(C, np.ndarray):
+                self._pool().release(C)
 
     def _drop_subtree_below(self, v: Node) -> list[int]:
         removed = [nid for c in v.children for nid in subtree(self.nodes_, c)]

@@ -22,7 +22,7 @@ import numpy as np
 from streammom.decay import DecayClock
 from streammom.model import MAX_NODE_ID, HierarchyModel, Router, check_tree
 from streammom.moments import MomentAccumulator
-from streammom.packed import packed_size
+from streammom.packed import SparsePacked, packed_size
 from streammom.reservoir import Reservoir
 from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, check_manifest
 from streammom.tree import Node, leaf_layout
@@ -192,6 +192,9 @@ def engine_from_archive(
         links = {nid: (n.parent, n.children) for nid, n in nodes.items()}
         if check_tree(links) != eng.root_id_:
             raise ValueError(f"root_id {eng.root_id_} is not the tree's root")
+        for v in nodes.values():  # internal nodes hold their frozen C sparse (design §3)
+            if v.children and isinstance(v.acc.C, np.ndarray):
+                v.acc.C = SparsePacked.from_dense(v.acc.C)
         eng.nodes_ = nodes
         model = stored_model(manifest, arrays)
         if model is None:

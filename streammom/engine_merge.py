@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from streammom.packed import SparsePacked
 from streammom.reservoir import Reservoir
 
 if TYPE_CHECKING:
@@ -62,7 +63,9 @@ def fork_of(self: StreamingHierarchy) -> StreamingHierarchy:
         acc = v.acc
         acc.weight = acc.t1 = acc.t2 = acc.t3 = 0.0
         acc.s[:] = 0.0
-        if acc.C is not None:
+        if isinstance(acc.C, SparsePacked):
+            acc.C = SparsePacked(np.zeros(0, dtype=np.int64), np.zeros(0), acc.C.size)
+        elif acc.C is not None:
             acc.C[:] = 0.0
         if acc.T is not None:
             acc.T[:] = 0.0

@@ -40,6 +40,9 @@ from streammom.estimators import (
     single_topic_third_corrections,
 )
 from streammom.packed import (
+    SparsePacked,
+    add_into,
+    dense,
     packed_archive,
     packed_from_archive,
     packed_outer,
@@ -116,7 +119,8 @@ class MomentAccumulator:
         self.weight = 0.0
         self.t1 = self.t2 = self.t3 = 0.0
         self.s = np.zeros(d)
-        self.C: np.ndarray | None = np.zeros(packed_size(d)) if second_order else None
+        self.C: np.ndarray | SparsePacked | None = (np.zeros(packed_size(d)) if second_order
+                                                    else None)
         self.basis: np.ndarray | None = None
         self.T: np.ndarray | None = None
         if basis is not None:
@@ -233,7 +237,8 @@ class MomentAccumulator:
             raise ValueError(f"cannot narrow an accumulator from {d} to {d_new} features")
         self.s = np.concatenate([self.s, np.zeros(d_new - d)])
         if C and self.C is not None:
-            self.C = widen_packed(self.C, d, d_new)
+            self.C = (self.C.widen(d, d_new) if isinstance(self.C, SparsePacked)
+                      else widen_packed(self.C, d, d_new))
         if self.basis is not None:
             self.basis = np.vstack([self.basis, np.zeros((d_new - d, self.basis.shape[1]))])
         if self.T is not None:
@@ -262,7 +267,12 @@ class MomentAccumulator:
         self.t3 += other.t3
         self.s += other.s
         if self.C is not None and other.C is not None:
-            self.C += other.C
+            if isinstance(self.C, SparsePacked):
+                total = self.C.to_dense()
+                add_into(total, other.C)
+                self.C = SparsePacked.from_dense(total)
+            else:
+                add_into(self.C, other.C)
         if self.T is not None and other.T is not None:
             self.T += other.T
         return self
@@ -340,7 +350,7 @@ class MomentAccumulator:
     # ------------------------------------------------------------------ moments
     def second_matrix(self, C: np.ndarray | None = None) -> np.ndarray:
         """The dense C = Σ w x xᵀ (or the given packed override)."""
-        packed = self.C if C is None else C
+        packed = dense(self.C) if C is None and self.C is not None else C
         if packed is None:
             raise ValueError("this accumulator keeps no C; pass the assembled packed C")
         return unpack_symmetric(packed, self.n_features)

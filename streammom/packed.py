@@ -16,8 +16,12 @@ import scipy.sparse as sp
 from streammom import _kernels
 
 __all__ = [
+    "Packed",
+    "SparsePacked",
     "SymmetricMatrix",
+    "add_into",
     "add_packed_gram",
+    "dense",
     "pack_symmetric",
     "packed_archive",
     "packed_from_archive",
@@ -69,13 +73,85 @@ def pack_symmetric(A: np.ndarray) -> np.ndarray:
 _SPARSE_ARCHIVE_DENSITY = 0.25
 
 
-def packed_archive(C: np.ndarray) -> dict[str, np.ndarray]:
+class SparsePacked:
+    """A packed symmetric matrix held as its non-zero entries (positions ascending, values).
+
+    The frozen second-order sums of an internal node — its part from before the split
+    (design §3) — change only at refits and are sparse on code streams (0.5 % non-zero at
+    d = 4,096), so they are held this way; leaves keep dense arrays for the hot path.
+
+    >>> C = SparsePacked.from_dense(np.array([0.0, 2.0, 0.0]))
+    >>> out = np.ones(3); C.add_to(out); out.tolist(), C.to_dense().tolist()
+    ([1.0, 3.0, 1.0], [0.0, 2.0, 0.0])
+    """
+
+    __slots__ = ("at", "size", "val")
+
+    def __init__(self, at: np.ndarray, val: np.ndarray, size: int) -> None:
+        self.at, self.val, self.size = at, val, int(size)
+
+    @classmethod
+    def from_dense(cls, C: np.ndarray) -> SparsePacked:
+        at = np.flatnonzero(C).astype(np.int64)
+        return cls(at, C[at], C.size)
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.size,)
+
+    def to_dense(self) -> np.ndarray:
+        out = np.zeros(self.size)
+        out[self.at] = self.val
+        return out
+
+    def add_to(self, out: np.ndarray) -> None:
+        """``out += self`` (positions are distinct)."""
+        out[self.at] += self.val
+
+    def copy(self) -> SparsePacked:
+        return SparsePacked(self.at.copy(), self.val.copy(), self.size)
+
+    def __imul__(self, factor: float) -> SparsePacked:
+        self.val *= factor
+        return self
+
+    def widen(self, d: int, d_new: int) -> SparsePacked:
+        """The same entries in the packed layout of d_new ≥ d columns (cf. :func:`widen_packed`)."""
+        old, new = row_offsets(d), row_offsets(d_new)
+        row = np.searchsorted(old + np.arange(d), self.at, side="right") - 1
+        return SparsePacked(self.at - old[row] + new[row], self.val.copy(), packed_size(d_new))
+
+
+Packed = np.ndarray | SparsePacked
+
+
+def add_into(out: np.ndarray, C: Packed) -> None:
+    """``out += C`` for a dense or sparse packed C."""
+    if isinstance(C, SparsePacked):
+        C.add_to(out)
+    else:
+        out += C
+
+
+def dense(C: Packed) -> np.ndarray:
+    """C as a dense packed array (the array itself when it is one)."""
+    return C.to_dense() if isinstance(C, SparsePacked) else C
+
+
+def packed_archive(C: Packed) -> dict[str, np.ndarray]:
     """The archive arrays of a packed C: ``C`` (dense), or ``C_at`` (int64 positions, ascending)
-    + ``C_val`` (their values) when at most a quarter of it is non-zero. Exact either way.
+    + ``C_val`` (their values) when at most a quarter of it is non-zero. Exact either way, and
+    the same bytes whether C is held dense or sparse.
 
     >>> sorted(packed_archive(np.array([0.0, 2.0, 0.0, 0.0, 0.0])).items())
     [('C_at', array([1])), ('C_val', array([2.]))]
     """
+    if isinstance(C, SparsePacked):
+        keep = C.val != 0
+        at, val = C.at[keep], C.val[keep]
+        if at.size > _SPARSE_ARCHIVE_DENSITY * C.size:
+            return {"C": C.to_dense()}
+        return {"C_at": at, "C_val": val}
     at = np.flatnonzero(C)
     if at.size > _SPARSE_ARCHIVE_DENSITY * C.size:
         return {"C": C}

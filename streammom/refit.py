@@ -40,7 +40,7 @@ import scipy.sparse.linalg as spla
 from streammom.decompose import KnownSpectrumOperator
 from streammom.eigen import NodeEigensolver, complete_basis
 from streammom.estimators import NodeMoments
-from streammom.packed import SymmetricMatrix
+from streammom.packed import SparsePacked, SymmetricMatrix, add_into
 from streammom.split import Split, compute_split
 from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
 
@@ -123,7 +123,7 @@ class RefitPass:
         assert v.acc.C is not None
         if v.is_leaf:
             if into is not None:
-                into += v.acc.C
+                add_into(into, v.acc.C)
             return
         W = eng._weight_true(v)
         kid_w = [eng._weight_true(eng.nodes_[c]) for c in v.children]
@@ -131,12 +131,16 @@ class RefitPass:
         stale = self._stale(v)
         if not (prune or stale):
             if into is not None:
-                into += v.acc.C
+                add_into(into, v.acc.C)
             for c in v.children:
                 self._plan(c, into)
             return
         pool = eng._pool()
-        full = pool.copy_of(v.acc.C)
+        if isinstance(v.acc.C, SparsePacked):
+            full = pool.zeros()
+            v.acc.C.add_to(full)
+        else:
+            full = pool.copy_of(v.acc.C)
         for c in v.children:
             self._plan(c, full)
         if into is not None:
@@ -321,9 +325,11 @@ class RefitPass:
         eng._next_id += 2
         offset = C_full.copy() if C_full is not v.acc.C else C_full
         for child in kids:
-            assert child.acc.C is not None
+            assert isinstance(child.acc.C, np.ndarray)
             offset -= child.acc.C
-        v.acc.C = offset
+        # the offset is frozen until the next refit: held sparse (design §3), its buffer reused
+        v.acc.C = SparsePacked.from_dense(offset)
+        eng._pool().release(offset)
         v.children = [k.node_id for k in kids]
         v.router = split.router
         v.discriminators = split.discriminators

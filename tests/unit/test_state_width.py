@@ -95,3 +95,29 @@ def test_matrix_input_of_either_width_is_accepted() -> None:
     eng.learn(wide)
     narrow = wide[:, : eng.n_features_]
     np.testing.assert_array_equal(eng.assign(narrow).leaf_ids, eng.assign(wide).leaf_ids)
+
+
+def test_internal_nodes_hold_their_frozen_sums_sparse() -> None:
+    """Issue #14: an internal node's C (its part from before the split) is held as its
+    non-zero entries; the sums it stands for are unchanged (full C = offset + children)."""
+    from streammom.packed import SparsePacked, packed_archive, widen_packed
+
+    rng = np.random.default_rng(4)
+    eng = StreamingHierarchy(vocabulary=Vocabulary(capacity=400), refit_every=1_000,
+                             min_split_weight=50.0, max_depth=2)
+    eng.learn(_events(rng, 4000, 120))
+    internal = [v for v in eng.nodes_.values() if v.children]
+    assert internal and all(isinstance(v.acc.C, SparsePacked) for v in internal)
+    assert all(isinstance(v.acc.C, np.ndarray) for v in eng.nodes_.values() if not v.children)
+    root = eng.node_accumulator(eng.root_id_)
+    assert root.weight == 4000 and np.isclose(root.second_matrix().trace(), root.s.sum())
+    restored = StreamingHierarchy.restore(eng.snapshot())
+    assert all(isinstance(restored.nodes_[v.node_id].acc.C, SparsePacked) for v in internal)
+    # the same archive bytes and the same widening, held sparse or dense
+    offset = internal[0].acc.C
+    d = eng.n_features_
+    dense = offset.to_dense()
+    assert {k: v.tobytes() for k, v in packed_archive(offset).items()} == {
+        k: v.tobytes() for k, v in packed_archive(dense).items()}
+    np.testing.assert_array_equal(offset.widen(d, d + 37).to_dense(),
+                                  widen_packed(dense, d, d + 37))
