@@ -15,7 +15,7 @@ read. Pure functions: no Kafka, no files, no clock.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -166,11 +166,3 @@ def model_message_headers(
         ("service_version", service_version.encode()),
     ]
 
-
-def sample_features(
-    items: Iterable[Event | None],
-) -> Iterator[tuple[str, list[str] | dict[str, int]] | None]:
-    """(event id, features) of each decoded item, ``None`` for a rejected one — the input of
-    :func:`streammom.report.sample_events`."""
-    for item in items:
-        yield None if item is None else (item.id, item.features())

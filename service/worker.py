@@ -104,7 +104,6 @@ class Worker:
         self.offsets: dict[TopicPartition, int] = {}
         self.counters: dict[str, Any] = {"processed": 0, "rejected": {}, "assignments": 0,
                                          "model_epoch": int(time.time() * 1000)}
-        self.worker_id = ""
         self.restored = False
         self.broker = BrokerStatus(on_down=lambda: self.metrics.ready.set(0))
         self.heartbeat = time.monotonic()
@@ -174,7 +173,7 @@ class Worker:
             self._check_lost_state()
             stored_topic_ids = {}
         self._check_input_topic(stored_topic_ids)
-        self.worker_id = self.publisher.worker_id = resolve_worker_id(
+        self.publisher.worker_id = resolve_worker_id(
             self.settings.worker.id or self.settings.kafka.group_instance_id,
             self.store.directory)
         m.observe_vocabulary(self.engine.vocabulary)
@@ -443,6 +442,10 @@ class Worker:
     def _maybe_publish_model(self, *, force: bool = False) -> None:
         self.publisher.maybe_publish(self.engine.model_, version=int(self.engine.model_version_),
                                      epoch=self.counters["model_epoch"], force=force)
+
+    @property
+    def worker_id(self) -> str:
+        return self.publisher.worker_id  # the models-topic key's suffix ("" before restore)
 
     @property
     def model_key(self) -> bytes:

@@ -56,7 +56,7 @@ from streammom.engine_input import (
 )
 from streammom.engine_merge import fork_of, merge_into
 from streammom.engine_params import ENGINE_PARAMETERS
-from streammom.estimators import Family
+from streammom.estimators import Family, check_family_data
 from streammom.model import (
     HierarchyModel,
     Routing,
@@ -331,11 +331,10 @@ class StreamingHierarchy(Estimator):
             if looks_like_events(X):
                 X = vocab.transform(X, binary=self.family == "bernoulli")
             X = self._columns_in_use(as_csr(X), vocab)
-        X = as_csr(X, self.n_features_)
+        else:
+            X = as_csr(X, self.n_features_)
         X.eliminate_zeros()
-        if self.family == "bernoulli" and X.nnz and (X.data != 1.0).any():
-            raise ValueError("family='bernoulli' needs binary X (entries 0 or 1); counts need "
-                             "family='multinomial' (or Vocabulary.transform(..., binary=True))")
+        check_family_data(X, self.family)
         if self.n_features_ is None:
             self._init_tree(X.shape[1])
         return X

@@ -73,7 +73,8 @@ def check_family_data(X: sp.csr_array, family: object) -> None:
     """Bernoulli models describe binary data: reject entries other than 0 and 1."""
     check_family(family)
     if family == "bernoulli" and X.data.size and not np.isin(X.data, (0.0, 1.0)).all():
-        raise ValueError("family='bernoulli' needs binary X (entries 0 or 1)")
+        raise ValueError("family='bernoulli' needs binary X (entries 0 or 1); counts need "
+                         "family='multinomial'")
 
 
 # ------------------------------------------------------------------------------- normalisers

@@ -49,13 +49,21 @@ def _jsonl_lines(path: str) -> Iterator[tuple[int, bytes | None]]:
             yield len(line), value if value.strip() else None
 
 
+def _decoded_lines(path: str, limits: LimitsSettings | None
+                   ) -> Iterator[tuple[int, Event | Rejection | None]]:
+    """(bytes read, the line decoded as the daemon decodes a message) of a JSONL file;
+    ``None`` for a blank line, which is not an event."""
+    decoder = EventDecoder(limits)
+    for size, value in _jsonl_lines(path):
+        yield size, None if value is None else decoder.decode(value)
+
+
 def iter_events(path: str, limits: LimitsSettings | None = None) -> Iterator[Event | Rejection]:
     """Every non-blank line of a JSONL events file decoded as the daemon decodes a message:
     an event, or why it was rejected."""
-    decoder = EventDecoder(limits)
-    for _, value in _jsonl_lines(path):
-        if value is not None:
-            yield decoder.decode(value)
+    for _, item in _decoded_lines(path, limits):
+        if item is not None:
+            yield item
 
 
 def event_sample_items(path: str | os.PathLike[str]) -> Iterator[SampleItem]:
@@ -113,13 +121,21 @@ def _is_csv(path: str) -> bool:
     return path.lower().endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz"))
 
 
+def _file_layout(path: str, layout: CsvLayout | None) -> CsvLayout:
+    """``layout`` (default: every cell a code) with a tab delimiter for a ``.tsv`` file."""
+    layout = layout or CsvLayout()
+    if path.lower().endswith((".tsv", ".tsv.gz")) and layout.delimiter == ",":
+        return CsvLayout(layout.column, layout.separator, "\t")
+    return layout
+
+
 def csv_layout_warning(path: str, layout: CsvLayout | None) -> str | None:
     """A one-line warning when a CSV read row by row (every cell a code) looks like it has an
     id column — its first cells all differ, as patient ids do — so ids (and a header) would
     become features; ``None`` otherwise. Reads at most 200 rows."""
     if path == "-" or not _is_csv(path) or (layout is not None and layout.column is not None):
         return None
-    delimiter = "\t" if path.lower().endswith((".tsv", ".tsv.gz")) else ","
+    delimiter = _file_layout(path, layout).delimiter
     with _open_text(path) as fh:
         rows = [row for _, row in zip(range(200), csv.reader(fh, delimiter=delimiter),
                                       strict=False) if len(row) > 1]
@@ -141,39 +157,28 @@ def iter_batches(
     code lists (CSV/TSV, one row = one event, :class:`CsvLayout`). ``fmt="auto"`` reads
     ``.csv`` and ``.tsv`` files as CSV/TSV, anything else as JSONL.
     """
-    lower = path.lower()
     if fmt == "auto":
         fmt = "csv" if _is_csv(path) else "jsonl"
+    lines: Iterator[tuple[int, Any]]
+    if fmt == "csv":
+        lines = ((size, codes or Rejection("empty", "no codes"))
+                 for size, codes in _csv_events(path, _file_layout(path, csv_layout)))
+    else:
+        lines = _decoded_lines(path, limits)
     rejected: dict[str, int] = {}
     nbytes = 0
     batch: list[Any] = []
-    if fmt == "csv":
-        layout = csv_layout or CsvLayout()
-        if lower.endswith((".tsv", ".tsv.gz")) and layout.delimiter == ",":
-            layout = CsvLayout(layout.column, layout.separator, "\t")
-        for size, codes in _csv_events(path, layout):
-            nbytes += size
-            if not codes:
-                rejected["empty"] = rejected.get("empty", 0) + 1
-                continue
-            batch.append(codes)
-            if len(batch) >= batch_size:
-                yield batch, rejected, nbytes
-                batch, rejected = [], {}
-    else:
-        decoder = EventDecoder(limits)
-        for size, value in _jsonl_lines(path):
-            nbytes += size
-            if value is None:
-                continue
-            item = decoder.decode(value)
-            if isinstance(item, Rejection):
-                rejected[item.reason] = rejected.get(item.reason, 0) + 1
-                continue
-            batch.append(item)
-            if len(batch) >= batch_size:
-                yield batch, rejected, nbytes
-                batch, rejected = [], {}
+    for size, item in lines:
+        nbytes += size
+        if item is None:
+            continue
+        if isinstance(item, Rejection):
+            rejected[item.reason] = rejected.get(item.reason, 0) + 1
+            continue
+        batch.append(item)
+        if len(batch) >= batch_size:
+            yield batch, rejected, nbytes
+            batch, rejected = [], {}
     if batch or rejected:
         yield batch, rejected, nbytes
 

@@ -24,16 +24,21 @@ def _progress(*columns: Any) -> Any:
     return Progress(*columns, console=Console(stderr=True), transient=False)
 
 
+def _step_progress(label: str) -> Any:
+    """A bar counting steps: label, bar, ``done/total``, elapsed time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    return _progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
+                     TimeElapsedColumn())
+
+
 @contextmanager
 def count_progress(label: str, total: int, enabled: bool) -> Iterator[Callable[[], None]]:
     """A bar of ``total`` steps; yields ``advance()`` (one step)."""
     if not enabled:
         yield lambda: None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-    with _progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn()) as bar:
+    with _step_progress(label) as bar:
         task = bar.add_task(label, total=total)
         yield lambda: bar.advance(task)
 
@@ -62,11 +67,8 @@ def polled_progress(label: str, total: int, done: Callable[[], int],
     if not enabled:
         yield
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
     stop = threading.Event()
-    with _progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn()) as bar:
+    with _step_progress(label) as bar:
         task = bar.add_task(label, total=total)
 
         def refresh() -> None:

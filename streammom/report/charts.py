@@ -247,6 +247,11 @@ class TreeLayout:
         raise KeyError(node_id)
 
     @property
+    def compact(self) -> bool:
+        """Drawn compact (above ``COMPACT_LEAVES`` leaves): features in tooltips, not lines."""
+        return bool(self.nodes) and self.nodes[0].compact
+
+    @property
     def colours(self) -> dict[int, str]:
         return {b.node_id: b.colour for b in self.nodes}
 

@@ -68,6 +68,17 @@ def _normalise(code: str) -> str:
     return code.strip().upper().replace(".", "")
 
 
+def _bundled_table(filename: str) -> dict[str, str]:
+    """``{code: name}`` of a bundled gzip'd ``code,name`` CSV (``data/README.md``)."""
+    from importlib.resources import files
+
+    resource = files("streammom.report").joinpath("data", filename)
+    rows = csv.reader(io.StringIO(gzip.decompress(resource.read_bytes()).decode("utf-8"),
+                                  newline=""))
+    next(rows)  # code,name header
+    return {code: name for code, name in rows}
+
+
 class DictNames:
     """A code map from an in-memory mapping (dot- and case-insensitive, prefix fallback).
 
@@ -141,13 +152,7 @@ class Icd10Names:
 
     def _table(self) -> dict[str, str]:
         if self._names is None:
-            from importlib.resources import files
-
-            resource = files("streammom.report").joinpath("data", _ICD10_TABLE)
-            text = gzip.decompress(resource.read_bytes()).decode("utf-8")
-            rows = csv.reader(io.StringIO(text, newline=""))
-            next(rows)  # code,name header
-            self._names = {code: name for code, name in rows}
+            self._names = _bundled_table(_ICD10_TABLE)
         return self._names
 
     def name(self, code: str) -> str | None:
@@ -200,13 +205,7 @@ class Icd9Names:
 
     def _table(self) -> DictNames:
         if self._names is None:
-            from importlib.resources import files
-
-            resource = files("streammom.report").joinpath("data", _ICD9_TABLE)
-            text = gzip.decompress(resource.read_bytes()).decode("utf-8")
-            rows = csv.reader(io.StringIO(text, newline=""))
-            next(rows)  # code,name header
-            self._names = DictNames({code: name for code, name in rows})
+            self._names = DictNames(_bundled_table(_ICD9_TABLE))
         return self._names
 
     def __len__(self) -> int:

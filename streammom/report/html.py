@@ -293,7 +293,7 @@ def build_report(
         + ("Leaves are numbered L1… left to right; hover a node for its most relevant features "
            f"(relevance with λ = {figs.layout.lam:g}) and their {unit}, or see the Leaves "
            "table below.</p>"
-           if figs.layout.nodes and figs.layout.nodes[0].compact else
+           if figs.layout.compact else
            "Each node shows its most relevant features "
            f"(relevance with λ = {figs.layout.lam:g}) and their {unit} in the node.</p>"),
         f'<div class="scroll">{tree_svg(figs.layout)}</div></section>',
