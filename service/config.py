@@ -184,7 +184,9 @@ def _field_type(param: Param) -> Any:
     kinds: list[Any] = []
     for c in param.kinds:
         if isinstance(c, Options):
-            kinds.append(Literal[c.values])  # type: ignore[valid-type]
+            # a yes/no flag is a bool (so "false" from env or flags parses); else the values
+            is_flag = set(c.values) == {True, False}
+            kinds.append(bool if is_flag else Literal[c.values])  # type: ignore[valid-type]
             continue
         bounds: dict[str, Any] = {}
         if c.left is not None:

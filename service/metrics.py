@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import platform
+from collections import Counter as Counter_
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,10 +29,12 @@ from prometheus_client.exposition import generate_latest
 from service.events import REJECT_REASONS, UNREADABLE
 from service.transport import TopicPartition
 from streammom import StreamingHierarchy, Vocabulary, __version__
+from streammom.model import STOP_REASONS
 
 __all__ = ["WorkerMetrics"]
 
 _log = logging.getLogger("streammom.worker")
+_REFUSALS = ("moments", "split_quality", "one_sided")  # the data refused a split
 # No ``*_created`` series (one per counter and histogram, doubling the scrape for a start time
 # nobody queries): the image set PROMETHEUS_DISABLE_CREATED_SERIES, a pip install did not.
 disable_created_metrics()
@@ -86,6 +89,13 @@ class WorkerMetrics:
         )
         self.tree_leaves = Gauge("streammom_tree_leaves", "Leaves of the current tree.", registry=r)
         self.tree_depth = Gauge("streammom_tree_depth", "Depth of the current tree.", registry=r)
+        self.leaves_stopped = Gauge(
+            "streammom_tree_leaves_stopped",
+            "Leaves of the current tree that will not split, by reason (a leaf with no reason "
+            "splits once it has enough new events).",
+            ["reason"],
+            registry=r,
+        )
         self.last_checkpoint = Gauge(
             "streammom_last_checkpoint_timestamp_seconds",
             "Unix time of the last checkpoint written.",
@@ -154,6 +164,9 @@ class WorkerMetrics:
         self._lag_labels: set[TopicPartition] = set()
         self._oov_seen = 0  # the vocabulary's OOV count already exported
         self._vocabulary_full = False  # a full vocabulary is reported once per process
+        self._refused: dict[str, int] = {}  # refused splits last logged
+        for reason in STOP_REASONS:
+            self.leaves_stopped.labels(reason=reason)
 
     def set_lag(self, lag: Mapping[TopicPartition, int]) -> None:
         """Replace the per-partition lag gauges (removing partitions no longer assigned)."""
@@ -185,11 +198,25 @@ class WorkerMetrics:
         self._vocabulary_full = full
 
     def observe_model(self, engine: StreamingHierarchy) -> None:
-        """The model's version, leaves and depth."""
+        """The model's version, leaves, depth and why leaves stop; a tree below its leaf
+        budget because splits are refused is logged (once per change), never silent."""
         model = engine.model_
         self.model_version.set(int(engine.model_version_))
         self.tree_leaves.set(int(model.n_leaves))
         self.tree_depth.set(int(model.max_depth))
+        stopped = Counter_(node.stop_reason for node in model.nodes.values()
+                           if node.is_leaf and node.stop_reason is not None)
+        for reason in STOP_REASONS:
+            self.leaves_stopped.labels(reason=reason).set(stopped.get(reason, 0))
+        refused = {r: n for r, n in sorted(stopped.items()) if r in _REFUSALS}
+        if refused and model.n_leaves < engine.max_leaves and refused != self._refused:
+            _log.warning(
+                "the tree has %d of %d leaves: splits refused (%s)", model.n_leaves,
+                engine.max_leaves,
+                "; ".join(f"{n} {r}: {STOP_REASONS[r]}" for r, n in refused.items()),
+                extra={"leaves": int(model.n_leaves), "max_leaves": int(engine.max_leaves),
+                       "refused": refused})
+        self._refused = refused
 
     def exposition(self) -> bytes:
         """The text exposition of the registry."""

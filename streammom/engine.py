@@ -90,9 +90,9 @@ class StreamingHierarchy(Estimator):
     vocabulary : Vocabulary or None, default None
         Optional :class:`~streammom.vocab.Vocabulary`; ``learn``/``assign`` then also accept
         raw events (token lists or count dicts), and snapshots include it.
-    max_depth : int in [0, 32], default 4
+    max_depth : int in [0, 32], default 8
     max_leaves : int >= 1, default 16
-    min_split_weight : float >= 0, default 500.0
+    min_split_weight : float >= 0, default 50.0
         A leaf splits only when its depth < ``max_depth``, the tree has < ``max_leaves`` leaves
         and its decayed weight ≥ ``min_split_weight`` (and the split quality allows, below).
     half_life : float > 0 or None, default None
@@ -103,18 +103,25 @@ class StreamingHierarchy(Estimator):
     refit_every_seconds : float > 0 or None, default None
         Refit policy: after the batch in which this many events (or event-time seconds) passed
         since the last refit. None disables a trigger; ``refit()`` can always be called.
-    first_refit : int >= 1 or None, default 1_000
+    first_refit : int >= 1 or None, default 200
         Growth schedule: the event trigger starts at ``first_refit`` events and doubles with
-        every refit (1,000, 2,000, 4,000, 8,000 events apart, then every ``refit_every``), so a
-        tree grows on a stream of a few thousand events too. None: ``refit_every`` throughout.
+        every refit (200, 400, 800, … events apart, then every ``refit_every``); one refit grows
+        as many levels as the reservoirs support, so a tree grows on a stream of a few hundred
+        events too. None: ``refit_every`` throughout.
     reservoir_size : int >= 2, default 1024
         Events kept per node (the bounded sample children and repairs start from).
     basis_dim : int in [2, 512], default 8
         m, the dimension of the tracked third-order basis (oversampling the top-2 eigenspace).
-    method : {"dsidiwo", "sidiwo"}, default "dsidiwo"
+    method : {"sidiwo", "dsidiwo"}, default "sidiwo"
     family : {"bernoulli", "multinomial"}, default "bernoulli"
         Split rule; ``"bernoulli"`` (code sets, raw moments) or ``"multinomial"`` (token
         counts, single-topic estimators).
+    em : bool, default True
+    em_max_iter : int >= 1, default 20
+        Likelihood refinement (:mod:`streammom.refine`): every refit ends with at most
+        ``em_max_iter`` EM passes of the leaves' mixture over their reservoirs, started from
+        the leaves' sums; every internal node then routes by MAP between its two subtrees.
+        The moment splits stay the start of every new split. False: moment routers only.
     random_state : int >= 0, default 0
         Seed of every random choice (reservoirs, eigensolver starts).
     refit_min_new_fraction : float >= 0, default 0.1
@@ -182,18 +189,20 @@ class StreamingHierarchy(Estimator):
         n_features: int | None = None,
         vocabulary: Vocabulary | None = None,
         *,
-        max_depth: int = 4,
+        max_depth: int = 8,
         max_leaves: int = 16,
-        min_split_weight: float = 500.0,
+        min_split_weight: float = 50.0,
         half_life: float | None = None,
         half_life_unit: Literal["events", "seconds"] = "events",
         refit_every: int | None = 10_000,
-        first_refit: int | None = 1_000,
+        first_refit: int | None = 200,
         refit_every_seconds: float | None = None,
         reservoir_size: int = 1024,
         basis_dim: int = 8,
-        method: Literal["dsidiwo", "sidiwo"] = "dsidiwo",
+        method: Literal["dsidiwo", "sidiwo"] = "sidiwo",
         family: Family = "bernoulli",
+        em: bool = True,
+        em_max_iter: int = 20,
         random_state: int = 0,
         refit_min_new_fraction: float = 0.1,
         refit_max_new_fraction: float = 0.25,
@@ -224,6 +233,8 @@ class StreamingHierarchy(Estimator):
         self.basis_dim = basis_dim
         self.method = method
         self.family = family
+        self.em = em
+        self.em_max_iter = em_max_iter
         self.random_state = random_state
         self.refit_min_new_fraction = refit_min_new_fraction
         self.refit_max_new_fraction = refit_max_new_fraction

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from streammom.decay import DecayClock
-from streammom.model import MAX_NODE_ID, HierarchyModel, Router, check_tree
+from streammom.model import MAX_NODE_ID, HierarchyModel, Router, check_tree, read_stop_reason
 from streammom.moments import MomentAccumulator
 from streammom.packed import SparsePacked, packed_size
 from streammom.reservoir import Reservoir
@@ -74,6 +74,7 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
             "fresh": float(v.fresh),
             "backoff": v.backoff,
             "born_version": v.born_version,
+            "stop_reason": v.stop_reason,
             "acc": acc_meta,
             "reservoir": res_meta,
         })
@@ -188,6 +189,7 @@ def engine_from_archive(
                 fresh=float(meta["fresh"]),
                 backoff=int(meta["backoff"]),
                 born_version=int(meta["born_version"]),
+                stop_reason=read_stop_reason(meta),
             )
         links = {nid: (n.parent, n.children) for nid, n in nodes.items()}
         if check_tree(links) != eng.root_id_:

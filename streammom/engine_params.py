@@ -10,7 +10,7 @@ docstring (design §3–§5).
 from __future__ import annotations
 
 from streammom.estimators import FAMILIES
-from streammom.params import Interval, Options, Param
+from streammom.params import FLAG, Interval, Options, Param
 
 __all__ = ["ENGINE_PARAMETERS"]
 
@@ -20,10 +20,10 @@ _NON_NEGATIVE = Interval(float, 0.0, None)
 _POSITIVE = Interval(float, 0.0, None, closed="neither")
 
 ENGINE_PARAMETERS: tuple[Param, ...] = (
-    Param("max_depth", 4, (Interval(int, 0, 32),),
+    Param("max_depth", 8, (Interval(int, 0, 32),),
           "split levels below the root (a leaf at depth max_depth never splits)"),
     Param("max_leaves", 16, (Interval(int, 1, 1 << 20),), "leaf budget of the tree"),
-    Param("min_split_weight", 500.0, (_NON_NEGATIVE,),
+    Param("min_split_weight", 50.0, (_NON_NEGATIVE,),
           "decayed weight a leaf needs before it may split"),
     Param("half_life", None, (_POSITIVE, None),
           "exponential forgetting: weights halve every half_life events or seconds; None: "
@@ -32,7 +32,7 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
           "unit of half_life (seconds need event timestamps)"),
     Param("refit_every", 10_000, (Interval(int, 1, None), None),
           "refit after this many events since the last refit; None: no event trigger"),
-    Param("first_refit", 1_000, (Interval(int, 1, None), None),
+    Param("first_refit", 200, (Interval(int, 1, None), None),
           "growth schedule: the first refit after this many events, then doubling intervals "
           "up to refit_every (a tree on short streams); None: every refit_every from the start"),
     Param("refit_every_seconds", None, (_POSITIVE, None),
@@ -41,11 +41,16 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
           "events kept per node (children and repairs start from them)"),
     Param("basis_dim", 8, (Interval(int, 2, 512),),
           "dimension m of the tracked third-order basis (m(m+1)(m+2)/6 sums a node)"),
-    Param("method", "dsidiwo", (Options(("dsidiwo", "sidiwo")),),
+    Param("method", "sidiwo", (Options(("dsidiwo", "sidiwo")),),
           "split rule: D-SIDIWO discriminators or SIDIWO pseudo-centres"),
     Param("family", "bernoulli", (Options(FAMILIES),),
           "bernoulli: code sets (raw moments); multinomial: token counts (single-topic "
           "estimators)"),
+    Param("em", True, (FLAG,),
+          "refine the routers at every refit by EM over the leaves (their reservoirs), "
+          "started from the leaves' sums"),
+    Param("em_max_iter", 20, (Interval(int, 1, None),),
+          "EM iterations per refit (stops earlier when the centres move < 1e-4)"),
     Param("random_state", 0, (Interval(int, 0, None),),
           "seed of every random choice (reservoirs, eigensolver starts)"),
     Param("refit_min_new_fraction", 0.1, (_NON_NEGATIVE,),

@@ -329,6 +329,7 @@ class HierarchicalMoM(Estimator):
                 mean=node.mean, children=children,
                 router=node.split.router if children else None,
                 quality=quality if children else {"n_samples": float(node.rows.size)},
+                stop_reason=None if children else node.stop_reason,
             ))
             if not children:
                 labels[node.rows] = nid

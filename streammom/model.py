@@ -38,7 +38,7 @@ from streammom.serialization import (
     read_archive,
 )
 
-__all__ = ["HierarchyModel", "Router", "Routing", "TreeNode", "map_router"]
+__all__ = ["STOP_REASONS", "HierarchyModel", "Router", "Routing", "TreeNode", "map_router"]
 
 MODEL_SCHEMA_VERSION = 1
 MAX_NODE_ID = 2**24 - 1
@@ -107,13 +107,42 @@ def map_router(
     return Router(weights=w, bias=b, absolute=False)
 
 
+#: Why a leaf is not split, as the model records it (``TreeNode.stop_reason``): the streaming
+#: engine's reasons, then those only the batch :class:`~streammom.HierarchicalMoM` gives.
+STOP_REASONS: dict[str, str] = {
+    "max_leaves": "the leaf budget (max_leaves) is spent",
+    "max_depth": "the leaf is at max_depth",
+    "min_split_weight": "its weight is below min_split_weight",
+    "min_reservoir": "its reservoir holds fewer rows than min_reservoir_split",
+    "moments": "its moments give no split (degenerate or rank-deficient data)",
+    "split_quality": "its split is below the quality floors (min_rotation_gap, "
+                     "min_spectral_gap)",
+    "one_sided": "its split leaves a child below min_child_fraction, even after EM",
+    "min_node_size": "fewer rows than min_node_size",
+    "rank": "its second moment has rank < 2",
+    "rotation_gap": "the eigen-gap of G is below min_rotation_gap",
+}
+
+
+def read_stop_reason(meta: Mapping[str, Any]) -> str | None:
+    """A stored node's stop reason, checked against :data:`STOP_REASONS` (None if absent)."""
+    reason = meta.get("stop_reason")
+    if reason is None:
+        return None
+    if reason not in STOP_REASONS or meta.get("children"):
+        raise SnapshotFormatError(f"malformed hierarchy model: stop_reason {reason!r}")
+    return str(reason)
+
+
 @dataclass(frozen=True)
 class TreeNode:
     """One node of the cluster tree.
 
     ``weight`` is the (possibly decayed) number of events the node has seen, ``mean`` its first
     moment s / W. Internal nodes have two ``children`` and a ``router``; leaves have neither.
-    ``quality`` holds the split-quality signals measured when the split was made.
+    ``quality`` holds the split-quality signals measured when the split was made;
+    ``stop_reason`` (a key of :data:`STOP_REASONS`, leaves only) why the leaf is not split,
+    None when nothing stops it (it splits once it has seen enough new events).
     """
 
     node_id: int
@@ -124,6 +153,7 @@ class TreeNode:
     children: tuple[int, ...] = ()
     router: Router | None = None
     quality: Mapping[str, float] = field(default_factory=dict)
+    stop_reason: str | None = None
 
     @property
     def is_leaf(self) -> bool:
@@ -344,6 +374,8 @@ class HierarchyModel:
                     if self.nodes[nid].router is not None
                     else None,
                     "quality": {k: float(v) for k, v in sorted(self.nodes[nid].quality.items())},
+                    **({"stop_reason": self.nodes[nid].stop_reason}
+                       if self.nodes[nid].stop_reason is not None else {}),
                 }
                 for nid in order
             ],
@@ -426,6 +458,7 @@ class HierarchyModel:
                         children=tuple(int(c) for c in meta["children"]),
                         router=router,
                         quality={str(k): float(v) for k, v in meta.get("quality", {}).items()},
+                        stop_reason=read_stop_reason(meta),
                     )
                 )
             return cls(

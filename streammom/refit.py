@@ -31,6 +31,7 @@ d(d+1)/2 temporaries come from a small pool of reused buffers.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -40,14 +41,27 @@ import scipy.sparse.linalg as spla
 from streammom.decompose import KnownSpectrumOperator
 from streammom.eigen import NodeEigensolver, complete_basis
 from streammom.estimators import NodeMoments
+from streammom.model import Router
 from streammom.packed import SparsePacked, SymmetricMatrix, add_into
-from streammom.split import Split, compute_split
+from streammom.refine import refine_routers, split_gain
+from streammom.split import Split, compute_split, refine_split_em
 from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
 
 if TYPE_CHECKING:
     from streammom.engine import StreamingHierarchy
 
 __all__ = ["RefitPass"]
+
+
+def _moment_side(D: np.ndarray, X: Any) -> np.ndarray:
+    """The side of each row under the moment split with discriminators D (argmax_j |⟨d_j, x⟩|,
+    thesis eq. 6.11): re-splits compare moment splits, whatever refinement routes by."""
+    return Router(D, np.zeros(2), absolute=True).side(X)
+
+
+def _same_router(a: Router | None, b: Router) -> bool:
+    return (a is not None and a.absolute == b.absolute and np.array_equal(a.weights, b.weights)
+            and np.array_equal(a.bias, b.bias))
 
 
 class RefitPass:
@@ -60,6 +74,7 @@ class RefitPass:
         self.records: list[dict[str, Any]] = []
         self.touched: set[int] = set()  # nodes created or restructured: not split again
         self.plans: dict[int, Plan] = {}
+        self.root_recomputed = False  # the root's moment split was recomputed in this pass
 
     # ------------------------------------------------------------------ driver
     def run(self) -> list[dict[str, Any]]:
@@ -67,20 +82,85 @@ class RefitPass:
         self._plan(eng.root_id_, None)
         self._apply(eng.root_id_)
         self.plans.clear()
-        leaves = [
-            v for v in eng.nodes_.values()
-            if v.is_leaf and v.node_id not in self.touched and v.depth < eng.max_depth
-            and eng._weight_true(v) >= eng.min_split_weight and self._stale(v)
-            and len(v.reservoir) >= eng.min_reservoir_split
-        ]
-        leaves.sort(key=lambda v: (-v.acc.weight, v.node_id))
-        n_leaves = sum(1 for v in eng.nodes_.values() if v.is_leaf)
-        for v in leaves:
-            if n_leaves >= eng.max_leaves:
-                break
-            if self._try_split_leaf(v):
-                n_leaves += 1
+        self._grow()
+        if eng.em and self._refine_due():
+            self._refine()
         return self.records
+
+    def _grow(self) -> None:
+        """Split leaves while the leaf budget lasts, the one whose split adds the most
+        log-likelihood first (:func:`streammom.refine.split_gain`); a new leaf becomes a
+        candidate at once, so one refit grows as many levels as the data support. Every leaf
+        ends with its stop reason (:data:`streammom.model.STOP_REASONS`; None: it may split
+        once it has new events)."""
+        eng = self.eng
+        heap: list[tuple[float, int, Split]] = []
+
+        def offer(v: Node) -> None:
+            v.stop_reason = self._static_stop(v)
+            found = None if v.stop_reason else self._leaf_split(v)
+            if found is not None:
+                heapq.heappush(heap, (-found[0], v.node_id, found[1]))
+
+        n_leaves = sum(1 for v in eng.nodes_.values() if v.is_leaf)
+        for v in sorted(eng.nodes_.values(), key=lambda v: v.node_id):
+            if not v.is_leaf:
+                v.stop_reason = None
+            elif n_leaves >= eng.max_leaves:  # a full tree computes no candidate split
+                v.stop_reason = self._static_stop(v) or "max_leaves"
+            elif v.node_id not in self.touched and self._stale(v):
+                offer(v)
+            elif v.stop_reason is None or v.stop_reason == "max_leaves":
+                v.stop_reason = self._static_stop(v)
+        while heap and n_leaves < eng.max_leaves:
+            _, nid, split = heapq.heappop(heap)
+            v = eng.nodes_[nid]
+            X = v.reservoir.to_csr()
+            if self._spawn_children(v, split, v.acc.C) is None:
+                v.stop_reason = "moments"
+                continue
+            v.stop_reason = None
+            right = float(split.router.side(X).mean())
+            self._record("split", v, child_share=[1.0 - right, right])
+            n_leaves += 1
+            for c in v.children:
+                offer(eng.nodes_[c])
+        for _, nid, _ in heap:  # candidates the budget ran out for
+            eng.nodes_[nid].stop_reason = "max_leaves"
+
+    def _static_stop(self, v: Node) -> str | None:
+        """The stop reason a leaf has before any split is computed, or None."""
+        eng = self.eng
+        if v.depth >= eng.max_depth:
+            return "max_depth"
+        if eng._weight_true(v) < eng.min_split_weight:
+            return "min_split_weight"
+        if len(v.reservoir) < eng.min_reservoir_split:
+            return "min_reservoir"
+        return None
+
+    def _refine_due(self) -> bool:
+        """Refine after the tree changed or the root's split was recomputed: the root's
+        freshness schedule (new weight ≥ f × its weight, f backing off while stable) paces
+        the refinement too, so its cost shrinks as the stream settles."""
+        return self.root_recomputed or any(
+            r["event"] in ("split", "re-split", "prune") for r in self.records)
+
+    def _refine(self) -> None:
+        """Likelihood refinement of the routers (:mod:`streammom.refine`)."""
+        eng = self.eng
+        refined = refine_routers(eng.nodes_, eng.root_id_, eng.family,
+                                 max_iter=eng.em_max_iter)
+        if refined is None:
+            return
+        changed = [nid for nid, r in refined.routers.items()
+                   if not _same_router(eng.nodes_[nid].router, r)]
+        for nid in changed:
+            eng.nodes_[nid].router = refined.routers[nid]
+        if changed:
+            root = eng.nodes_[eng.root_id_]
+            self._record("refine", root, nodes=changed, em_iterations=refined.n_iter,
+                         em_converged=refined.converged, em_rows=refined.n_rows)
 
     # ------------------------------------------------------------------ decisions
     def _stale(self, v: Node) -> bool:
@@ -154,6 +234,7 @@ class RefitPass:
 
     def _plan_stale(self, v: Node, full: np.ndarray) -> None:
         eng = self.eng
+        self.root_recomputed |= v.node_id == eng.root_id_
         split = self._node_split(v, full, v.discriminators)
         v.fresh = 0.0
         if split is None:
@@ -162,9 +243,9 @@ class RefitPass:
             self.plans[v.node_id] = Stale()
             return
         X = v.reservoir.to_csr()
-        assert v.router is not None
-        share = (float(np.mean(v.router.side(X) != split.router.side(X)))
-                 if X.shape[0] else 0.0)
+        share = (float(np.mean(_moment_side(v.discriminators, X)
+                               != _moment_side(split.discriminators, X)))
+                 if X.shape[0] and v.discriminators is not None else 0.0)
         if share > eng.resplit_threshold:
             self.plans[v.node_id] = Resplit(split, full, share)
         else:
@@ -216,28 +297,41 @@ class RefitPass:
             self._apply(c)
 
     # ------------------------------------------------------------------ grow
-    def _try_split_leaf(self, v: Node) -> bool:
+    def _leaf_split(self, v: Node) -> tuple[float, Split] | None:
+        """A leaf's split and its likelihood gain, or None when the split is refused (its
+        quality signals and, if one-sided, the lighter child's share go to ``v.quality``)."""
         assert v.acc.C is not None
+        eng = self.eng
         v.fresh = 0.0
         split = self._node_split(v, v.acc.C, None)
         if split is None:
-            return False
+            v.stop_reason = "moments"
+            return None
         q = split.quality
         if not self._quality_ok(split):
             v.quality = {k: float(x) for k, x in q.items()}
-            return False
+            v.stop_reason = "split_quality"
+            return None
         X = v.reservoir.to_csr()
-        side = split.router.side(X)
-        share = float(side.mean()) if X.shape[0] else 0.0
-        if min(share, 1.0 - share) < max(self.eng.min_child_fraction, 1e-12):
+        share = self._lighter_share(split, X)
+        if share < eng.min_child_fraction and eng.em:
+            # one-sided moment split: a 2-component EM on the reservoir, started from it
+            split = refine_split_em(split, X, family=eng.family, max_iter=eng.em_max_iter)
+            share = self._lighter_share(split, X)
+        if share < max(eng.min_child_fraction, 1e-12):
             v.quality = {k: float(x) for k, x in q.items()}
-            v.quality["child_share"] = min(share, 1.0 - share)
-            return False
-        kids = self._spawn_children(v, split, v.acc.C)
-        if kids is None:
-            return False
-        self._record("split", v, child_share=[1.0 - share, share])
-        return True
+            v.quality["child_share"] = share
+            v.stop_reason = "one_sided"
+            return None
+        return split_gain(X, split.router.side(X), eng.family, eng._weight_true(v)), split
+
+    @staticmethod
+    def _lighter_share(split: Split, X: Any) -> float:
+        """The lighter child's share of the reservoir rows under ``split``."""
+        if not X.shape[0]:
+            return 0.0
+        share = float(split.router.side(X).mean())
+        return min(share, 1.0 - share)
 
     # ------------------------------------------------------------------ one node
     def _node_split(self, v: Node, C: np.ndarray, reference: np.ndarray | None

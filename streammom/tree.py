@@ -42,6 +42,7 @@ class Node:
     fresh: float = 0.0  # stored weight received since this node's last refit
     backoff: int = 0  # consecutive stable refits (each doubles the new-weight fraction needed)
     born_version: int = 0
+    stop_reason: str | None = None  # leaves: why the last refit did not split it (STOP_REASONS)
 
     @property
     def is_leaf(self) -> bool:
@@ -85,7 +86,8 @@ def tree_nodes(nodes: Mapping[int, Node], root_id: int, scale: float) -> list[Tr
         out.append(TreeNode(node_id=nid, parent=v.parent, depth=v.depth,
                             weight=float(v.acc.weight * scale), mean=v.acc.first_moment(),
                             children=tuple(v.children), router=v.router,
-                            quality=dict(v.quality)))
+                            quality=dict(v.quality),
+                            stop_reason=v.stop_reason if v.is_leaf else None))
     return out
 
 

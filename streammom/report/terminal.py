@@ -65,6 +65,8 @@ def render_tree(
         head.append("  leaf" if node.is_leaf else "", style="dim")
         head.append(f"  w {fmt_weight(float(node.weight))}  ")
         head.append(f"({fmt_share(float(node.weight) / total)})", style="cyan")
+        if node.stop_reason not in (None, "max_leaves"):  # a full tree is the normal end
+            head.append(f"  not split: {node.stop_reason}", style="yellow")
         lines = [head]
         for f in model.top_features(nid, n=n, lam=lam):
             lab = feature_label(model, f.index, code_map)
@@ -124,6 +126,7 @@ def tree_summary(
                 "children": list(node.children),
                 "weight": float(node.weight),
                 "share": float(node.weight) / total,
+                "stop_reason": node.stop_reason,
                 "top_features": feats,
             }
         )

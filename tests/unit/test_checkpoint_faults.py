@@ -229,7 +229,7 @@ def test_damaged_sums_are_refused_on_restore_not_shown_as_state(tmp_path: Path) 
     """Damage in the sums is not read by ``inspect`` (it shows the intact routing model) but
     is caught when the state is restored: the damaged file is never used as state."""
     worker = _written(tmp_path)[2]
-    _flip_member(worker.store.path, "engine__n0_C.npy")
+    _flip_member(worker.store.path, "engine__n0_s.npy")
     assert runner.invoke(app, ["inspect", str(worker.store.path)]).exit_code == 0
     with pytest.raises(SnapshotFormatError):
         decode_checkpoint(worker.store.path).engine()

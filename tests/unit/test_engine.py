@@ -27,8 +27,10 @@ def small_stream() -> tuple[sp.csr_array, np.ndarray]:
 
 # ---------------------------------------------------------------------- acceptance: batch
 def test_stationary_stream_agrees_with_the_batch_fit() -> None:
+    """Moment routers only (``em=False``): the streaming sums give the batch D-SIDIWO tree."""
     X, y, _ = make_hierarchical_bernoulli(200_000, 500, 8, codes_per_event=10, random_state=0)
-    eng = StreamingHierarchy(500, max_depth=3, refit_every=10_000, random_state=0)
+    eng = StreamingHierarchy(500, max_depth=3, refit_every=10_000, random_state=0,
+                             method="dsidiwo", em=False)
     _feed(eng, X, 10_000)
     eng.refit()
     stream = eng.predict(X)
@@ -39,6 +41,18 @@ def test_stationary_stream_agrees_with_the_batch_fit() -> None:
     ari_stream = adjusted_rand_score(y, stream)
     ari_batch = adjusted_rand_score(y, batch_pred)
     assert abs(ari_stream - ari_batch) <= 0.02, (ari_stream, ari_batch)
+
+
+def test_refined_stream_at_defaults_matches_or_beats_the_batch_fit() -> None:
+    """Defaults (likelihood refinement on): as good as the batch tree on the truth, one pass."""
+    X, y, _ = make_hierarchical_bernoulli(100_000, 500, 8, codes_per_event=10, random_state=0)
+    eng = StreamingHierarchy(500, max_leaves=8)
+    _feed(eng, X, 1_000)
+    stream = eng.predict(X)
+    batch = HierarchicalMoM(max_depth=3, method="dsidiwo", family="bernoulli").fit(X)
+    assert eng.model_.n_leaves == 8
+    assert any(r["event"] == "refine" for r in eng.lineage_)
+    assert adjusted_rand_score(y, stream) >= adjusted_rand_score(y, batch.predict(X)) - 0.02
 
 
 # ---------------------------------------------------------------------- API
@@ -87,7 +101,7 @@ def test_refit_by_hand_and_partial_fit(small_stream: tuple[sp.csr_array, np.ndar
     assert eng.partial_fit(X[:3000]) is eng
     assert eng.model_.n_leaves == 1 and eng.model_version_ == 0
     records = eng.refit()
-    assert [r["event"] for r in records] == ["split"]
+    assert [r["event"] for r in records] == ["split", "refine"]
     assert records[0]["version"] == 1 == eng.model_version_
     assert eng.model_.n_leaves == 2
     assert eng.refit() == []  # nothing new: no change, no version bump

@@ -131,7 +131,7 @@ def engine_archive() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from streammom.datasets import make_hierarchical_bernoulli
 
     X, *_ = make_hierarchical_bernoulli(4000, 120, 4, codes_per_event=12, random_state=3)
-    eng = StreamingHierarchy(120, max_depth=2, refit_every=4000, min_split_weight=500,
+    eng = StreamingHierarchy(120, max_depth=1, refit_every=4000, min_split_weight=500,
                              reservoir_size=64)
     eng.learn(X)
     eng.refit()

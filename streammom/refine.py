@@ -1,0 +1,165 @@
+"""Likelihood refinement of the streaming tree's routers: EM over the leaves at every refit.
+
+The moment splits (design §4) are the start; a refit then treats the k leaves as the
+components of one Bernoulli or multinomial mixture (design §5 "likelihood refinement") and
+runs a few EM passes on the union of the leaves' reservoirs, started from the leaves' exact
+first moments. Each internal node then routes by MAP between its two subtrees, each subtree
+collapsed to one component of the refined mixture:
+
+* leaf start (exact sums): μ_l = s_l / W_l (Bernoulli) or s_l / T1_l (multinomial),
+  π_l ∝ W_l — the sufficient statistics of the mixture under hard assignment;
+* EM (:func:`streammom.mixture.fit_mixture_em`, thesis ch. 4 §4.4 / ch. 6 §6.3) on the
+  reservoir rows, each row weighted W_l / |reservoir_l| (it stands for that many events);
+* subtree c of node v: π_c = Σ_{l∈c} π_l and μ_c = Σ_{l∈c} a_l μ_l / Σ_{l∈c} a_l with
+  a_l = π_l (Bernoulli) or π_l · T1_l / W_l (multinomial: token mass), then
+  :func:`streammom.model.map_router` of (μ_c₀, μ_c₁), (π_c₀, π_c₁) (thesis Alg. 4, MAP).
+
+The events a refined router sends to a leaf update that leaf's sums, which start the next
+refit's EM: a stepwise classification EM over the stream whose state is the sums themselves,
+so it stays exact, mergeable and decayable, and every step is deterministic (reservoirs are
+seeded). On the public text and binary sets this moves the streaming tree most of the way to
+the batch mixture (BENCHMARKS.md "streaming quality").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from streammom.estimators import Family
+from streammom.mixture import fit_mixture_em, log_likelihood_matrix
+from streammom.model import Router, map_router
+from streammom.tree import Node
+
+__all__ = ["RefinedRouters", "refine_routers", "split_gain"]
+
+_CENTRE_FLOOR = 1e-6
+
+
+@dataclass(frozen=True)
+class RefinedRouters:
+    """The refined router of every internal node, and how the EM went."""
+
+    routers: dict[int, Router]
+    n_iter: int
+    converged: bool
+    n_rows: int
+
+
+def _route_rows(nodes: Mapping[int, Node], root_id: int, X: sp.csr_array) -> np.ndarray:
+    """The leaf of every row under the tree's current routers (root → leaf)."""
+    node = np.full(X.shape[0], root_id, dtype=np.int64)
+    frontier = [(root_id, np.arange(X.shape[0]))]
+    while frontier:
+        nid, rows = frontier.pop()
+        v = nodes[nid]
+        if v.is_leaf or rows.size == 0:
+            node[rows] = nid
+            continue
+        assert v.router is not None
+        side = v.router.side(X[rows])
+        frontier.extend((c, rows[side == j]) for j, c in enumerate(v.children))
+    return node
+
+
+def _start(rows: sp.csr_array, row_weight: np.ndarray, leaf_of_row: np.ndarray,
+           leaves: list[Node], family: Family) -> tuple[np.ndarray, np.ndarray]:
+    """(k, d) centres and (k,) shares of the rows' partition by the current routers; a leaf
+    that receives no row starts from its own sums."""
+    k = len(leaves)
+    ids = np.array([v.node_id for v in leaves])
+    label = np.searchsorted(ids, leaf_of_row)
+    onehot = sp.csr_array((row_weight, (label, np.arange(rows.shape[0]))),
+                          shape=(k, rows.shape[0]))
+    sums = np.asarray((onehot @ rows).toarray())
+    mass = np.bincount(label, weights=row_weight, minlength=k)
+    den = sums.sum(axis=1) if family == "multinomial" else mass
+    for i in np.flatnonzero(den <= 0):
+        v = leaves[i]
+        sums[i] = v.acc.s
+        mass[i] = v.acc.weight
+        den[i] = v.acc.t1 if family == "multinomial" else v.acc.weight
+    mu = sums / np.maximum(den, np.finfo(float).tiny)[:, None]
+    if family == "multinomial":
+        mu = np.maximum(mu, _CENTRE_FLOOR)
+        mu /= mu.sum(axis=1, keepdims=True)
+    return mu, mass / mass.sum()
+
+
+def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
+                   max_iter: int, tol: float = 1e-4) -> RefinedRouters | None:
+    """EM over the leaves, then one MAP router per internal node (module docstring).
+
+    None when there is nothing to refine: a single leaf, a leaf without weight or an empty
+    reservoir (the moment routers stay).
+    """
+    leaf_ids = sorted(nid for nid, v in nodes.items() if v.is_leaf)
+    leaves = [nodes[nid] for nid in leaf_ids]
+    if len(leaves) < 2 or any(v.acc.weight <= 0 or len(v.reservoir) == 0 for v in leaves):
+        return None
+    if family == "multinomial" and any(v.acc.t1 <= 0 for v in leaves):
+        return None
+    blocks = [v.reservoir.to_csr() for v in leaves]
+    rows = sp.vstack(blocks, format="csr")
+    row_weight = np.concatenate([np.full(b.shape[0], v.acc.weight / b.shape[0])
+                                 for v, b in zip(leaves, blocks, strict=True)])
+    mu0, pi0 = _start(rows, row_weight, _route_rows(nodes, root_id, rows), leaves, family)
+    fit = fit_mixture_em(rows, mu0, pi0, family=family, tol=tol, max_iter=max_iter,
+                         sample_weight=row_weight)
+    mass = fit.weights.copy()
+    if family == "multinomial":  # token mass of each leaf: share × mean length
+        mass *= np.array([v.acc.t1 / v.acc.weight for v in leaves])
+    index = {nid: i for i, nid in enumerate(leaf_ids)}
+    members: dict[int, list[int]] = {}
+
+    def collect(nid: int) -> list[int]:
+        v = nodes[nid]
+        out = [index[nid]] if v.is_leaf else [i for c in v.children for i in collect(c)]
+        members[nid] = out
+        return out
+
+    collect(root_id)
+    routers: dict[int, Router] = {}
+    for nid, v in nodes.items():
+        if v.is_leaf:
+            continue
+        centres, shares = [], []
+        for c in v.children:
+            idx = members[c]
+            a = mass[idx]
+            centres.append(a @ fit.means[idx] / a.sum())
+            shares.append(fit.weights[idx].sum())
+        routers[nid] = map_router(np.vstack(centres), np.array(shares), family,
+                                  floor=_CENTRE_FLOOR)
+    return RefinedRouters(routers, fit.n_iter, fit.converged, rows.shape[0])
+
+
+def split_gain(X: sp.csr_array, side: np.ndarray, family: Family, weight: float) -> float:
+    """The log-likelihood a split adds, estimated on a node's reservoir rows ``X``:
+
+    weight/n · Σ_i [log π_{c_i} + log p(x_i | μ_{c_i}) − log p(x_i | μ)], c_i = side of row i,
+
+    with μ_c, π_c the mean and share of each side's rows and μ the mean of all rows (the
+    classification likelihood of the 2-component model against 1; thesis eq. 4.1 / 3.4). The
+    growth phase splits the leaf with the largest gain first, so a leaf budget goes to the
+    leaves that hold more than one cluster rather than to the heaviest.
+    """
+    n = X.shape[0]
+    counts = np.bincount(side, minlength=2).astype(float)
+    if n == 0 or counts.min() == 0:
+        return 0.0
+    onehot = sp.csr_array((np.ones(n), (side, np.arange(n))), shape=(2, n))
+    sums = np.asarray((onehot @ X).toarray())
+    total = sums.sum(axis=0, keepdims=True)
+    if family == "multinomial":
+        den, den_all = sums.sum(axis=1), total.sum(axis=1)
+    else:
+        den, den_all = counts, np.array([float(n)])
+    mu = sums / np.maximum(den, np.finfo(float).tiny)[:, None]
+    mu_all = total / max(float(den_all[0]), np.finfo(float).tiny)
+    two = log_likelihood_matrix(X, mu, counts / n, family)[np.arange(n), side]
+    one = log_likelihood_matrix(X, mu_all, [1.0], family)[:, 0]
+    return float(weight / n * (two - one).sum())

@@ -1,0 +1,122 @@
+"""Likelihood refinement of the streaming tree (issue #15 items 1–2): EM over the leaves at
+every refit, growth ordered by likelihood gain, a tree on short streams at the defaults."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.metrics import adjusted_rand_score
+
+from streammom import StreamingHierarchy
+from streammom.datasets import make_hierarchical_bernoulli
+from streammom.mixture import map_assign
+from streammom.refine import refine_routers, split_gain
+
+
+def _stream(n: int, seed: int) -> tuple[sp.csr_array, np.ndarray, object]:
+    X, y, _, truth = make_hierarchical_bernoulli(n, 300, 8, codes_per_event=10.0,
+                                                 random_state=seed, return_truth=True)
+    return X, y, truth
+
+
+def _feed(eng: StreamingHierarchy, X: sp.csr_array, batch: int = 1_000) -> None:
+    for start in range(0, X.shape[0], batch):
+        eng.partial_fit(X[start:start + batch])
+
+
+@pytest.mark.parametrize(("n", "ratio"), [(500, 0.6), (3_000, 0.9)])
+def test_defaults_grow_a_tree_on_a_short_stream(n: int, ratio: float) -> None:
+    """Only max_leaves given, one pass in batches of 1,000: the tree reaches the leaf budget
+    and clusters close to the oracle (MAP with the true parameters; 500 events of 300
+    columns and 8 clusters leave the estimate noisy)."""
+    X, y, truth = _stream(n, seed=4)
+    eng = StreamingHierarchy(X.shape[1], max_leaves=8)
+    _feed(eng, X)
+    assert eng.model_.n_leaves == 8
+    oracle = adjusted_rand_score(y, map_assign(X, truth.prevalence, truth.leaf_weights,
+                                               "bernoulli"))
+    assert adjusted_rand_score(y, eng.predict(X)) >= ratio * oracle
+
+
+def test_refinement_improves_on_the_moment_routers() -> None:
+    X, y, _ = _stream(20_000, seed=5)
+    scores = {}
+    for em in (False, True):
+        eng = StreamingHierarchy(X.shape[1], max_leaves=8, em=em)
+        _feed(eng, X)
+        scores[em] = adjusted_rand_score(y, eng.predict(X))
+    assert scores[True] >= scores[False] - 0.01, scores
+
+
+def test_refined_routers_are_map_routers_of_the_subtrees_and_deterministic() -> None:
+    X, _, _ = _stream(6_000, seed=6)
+    eng = StreamingHierarchy(X.shape[1], max_leaves=4, refit_every=None, em=False)
+    eng.partial_fit(X)
+    eng.refit()
+    first = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)
+    again = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)
+    assert first is not None and again is not None
+    internal = sorted(nid for nid, v in eng.nodes_.items() if not v.is_leaf)
+    assert sorted(first.routers) == internal
+    for nid in internal:
+        a, b = first.routers[nid], again.routers[nid]
+        assert not a.absolute
+        assert np.array_equal(a.weights, b.weights) and np.array_equal(a.bias, b.bias)
+    # a single leaf has nothing to refine
+    lone = StreamingHierarchy(X.shape[1], max_depth=0, refit_every=None)
+    lone.partial_fit(X[:500])
+    assert refine_routers(lone.nodes_, lone.root_id_, "bernoulli", max_iter=5) is None
+
+
+def test_split_gain_prefers_a_mixed_node_to_a_pure_one() -> None:
+    """Two clusters in a node: the true split adds likelihood; a node of one cluster split in
+    two arbitrary halves adds far less."""
+    rng = np.random.default_rng(0)
+    d, n = 60, 800
+    p_a = np.where(np.arange(d) < 30, 0.3, 0.02)
+    p_b = np.where(np.arange(d) >= 30, 0.3, 0.02)
+    labels = rng.integers(0, 2, n)
+    P = np.where(labels[:, None] == 0, p_a, p_b)
+    mixed = sp.csr_array((rng.random((n, d)) < P).astype(float))
+    pure = sp.csr_array((rng.random((n, d)) < p_a).astype(float))
+    halves = (np.arange(n) % 2).astype(np.int64)
+    gain_mixed = split_gain(mixed, labels, "bernoulli", weight=float(n))
+    gain_pure = split_gain(pure, halves, "bernoulli", weight=float(n))
+    assert gain_mixed > 10 * max(gain_pure, 1.0)
+    assert split_gain(pure, np.zeros(n, dtype=np.int64), "bernoulli", 1.0) == 0.0
+
+
+def test_refit_without_new_events_changes_nothing() -> None:
+    X, _, _ = _stream(4_000, seed=7)
+    eng = StreamingHierarchy(X.shape[1], max_leaves=4, refit_every=None)
+    eng.partial_fit(X)
+    assert [r["event"] for r in eng.refit()][-1] == "refine"
+    version = eng.model_version_
+    assert eng.refit() == [] and eng.model_version_ == version
+
+
+def test_every_leaf_says_why_it_is_not_split_in_the_model_and_its_archive() -> None:
+    from streammom.model import STOP_REASONS, HierarchyModel
+
+    X, _, _ = _stream(6_000, seed=8)
+    full = StreamingHierarchy(X.shape[1], max_leaves=4)
+    _feed(full, X)
+    leaves = [full.model_.nodes[i] for i in full.model_.leaf_ids]
+    assert len(leaves) == 4 and {n.stop_reason for n in leaves} == {"max_leaves"}
+    shallow = StreamingHierarchy(X.shape[1], max_depth=1)
+    _feed(shallow, X)
+    assert {shallow.model_.nodes[i].stop_reason for i in shallow.model_.leaf_ids} == {
+        "max_depth"}
+    # a quality floor no split can meet: the refusal is recorded, not silent
+    floor = StreamingHierarchy(X.shape[1], min_spectral_gap=1.0)
+    _feed(floor, X)
+    assert floor.model_.n_leaves == 1
+    assert floor.model_.nodes[floor.model_.root_id].stop_reason == "split_quality"
+    assert set(STOP_REASONS) >= {"one_sided", "moments", "min_split_weight"}
+    restored = StreamingHierarchy.restore(full.snapshot())
+    assert [restored.model_.nodes[i].stop_reason for i in restored.model_.leaf_ids] == [
+        n.stop_reason for n in leaves]
+    model = HierarchyModel.from_bytes(full.model_.to_bytes())
+    assert [model.nodes[i].stop_reason for i in model.leaf_ids] == [
+        n.stop_reason for n in leaves]
