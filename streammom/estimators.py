@@ -329,10 +329,16 @@ def implicit_moments(
     w = as_weights(sample_weight, Xc.shape[0])
     s = np.asarray(Xc.T @ w).ravel()
     n1, n2, n3 = normalisers(family, w, Xc)
+    check_third_order(family, n1, n2, n3)
+    return ImplicitMoments(Xc, w, family, s, n1, n2, n3)
+
+
+def check_third_order(family: Family, n1: float, n2: float, n3: float) -> None:
+    """A clear ``ValueError`` when the normalisers leave M1–M3 undefined (a k-way fit or a
+    batch tree cannot start: no weight, or no document of ≥ 3 tokens)."""
     if min(n1, n2, n3) <= 0:
         need = "positive sample weights" if family == "bernoulli" else "documents of ≥ 3 tokens"
         raise ValueError(f"cannot estimate third-order moments: need {need}")
-    return ImplicitMoments(Xc, w, family, s, n1, n2, n3)
 
 
 def explicit_moments(

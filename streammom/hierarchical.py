@@ -40,7 +40,14 @@ import scipy.sparse as sp
 from streammom._validation import as_csr, as_weights, check_random_state_int
 from streammom.base import Estimator
 from streammom.decompose import NonPositiveEigenvalueError
-from streammom.estimators import FAMILIES, Family, check_family_data, moments_from_data
+from streammom.estimators import (
+    FAMILIES,
+    Family,
+    check_family_data,
+    check_third_order,
+    moments_from_data,
+    normalisers,
+)
 from streammom.model import HierarchyModel, Router, TreeNode
 from streammom.params import FLAG, Interval, Options, Param
 from streammom.split import Split, compute_split, refine_split_em
@@ -48,7 +55,8 @@ from streammom.split import Split, compute_split, refine_split_em
 __all__ = ["HierarchicalMoM", "NodeInfo"]
 
 StopReason = Literal[
-    "max_depth", "min_node_size", "rank", "moments", "rotation_gap", "one_sided", "max_leaves"
+    "max_depth", "min_node_size", "rank", "moments", "short_documents", "rotation_gap",
+    "one_sided", "max_leaves",
 ]
 
 
@@ -102,6 +110,11 @@ class _Work:
     split: Split | None = None
     quality: dict[str, float] = field(default_factory=dict)
     stop_reason: StopReason | None = None
+
+
+def _has_long_document(X: sp.csr_array, w: np.ndarray) -> bool:
+    """Whether a row of positive weight has ≥ 3 tokens (single-topic M3 needs one)."""
+    return bool(np.any((np.asarray(X.sum(axis=1)).ravel() >= 3) & (w > 0)))
 
 
 class HierarchicalMoM(Estimator):
@@ -212,6 +225,8 @@ class HierarchicalMoM(Estimator):
         if d < 2:
             raise ValueError("X needs at least 2 features")
         w = as_weights(sample_weight, n)
+        if self.family == "multinomial":  # as SpectralMixture: a clear error, not one leaf
+            check_third_order(self.family, *normalisers(self.family, w, X))
         if w.sum() <= 0:
             raise ValueError("sample_weight sums to zero")
         if self.family == "bernoulli" and (self.em or self.method == "sidiwo"):
@@ -274,7 +289,8 @@ class HierarchicalMoM(Estimator):
             node.stop_reason = "rank"
             return None
         except ValueError:  # undefined moments (zero weight, documents with < 3 tokens)
-            node.stop_reason = "moments"
+            short = self.family == "multinomial" and not _has_long_document(Xn, wn)
+            node.stop_reason = "short_documents" if short else "moments"
             return None
         quality = {k: float(v) for k, v in split.quality.items()}
         if quality["rotation_gap"] < self.min_rotation_gap:

@@ -115,6 +115,8 @@ STOP_REASONS: dict[str, str] = {
     "min_split_weight": "its weight is below min_split_weight",
     "min_reservoir": "its reservoir holds fewer rows than min_reservoir_split",
     "moments": "its moments give no split (degenerate or rank-deficient data)",
+    "short_documents": "its documents are too short for single-topic moments (multinomial "
+                       "needs documents of at least 3 tokens)",
     "split_quality": "its split is below the quality floors (min_rotation_gap, "
                      "min_spectral_gap)",
     "one_sided": "its split leaves a child below min_child_fraction, even after EM",

@@ -305,7 +305,8 @@ class RefitPass:
         v.fresh = 0.0
         split = self._node_split(v, v.acc.C, None)
         if split is None:
-            v.stop_reason = "moments"
+            short = eng.family == "multinomial" and (v.acc.t2 <= 0 or v.acc.t3 <= 0)
+            v.stop_reason = "short_documents" if short else "moments"
             return None
         q = split.quality
         if not self._quality_ok(split):

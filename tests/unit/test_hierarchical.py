@@ -176,8 +176,8 @@ def test_rank_deficient_node_becomes_a_leaf() -> None:
     est = HierarchicalMoM(max_depth=3).fit(X)
     assert est.n_leaves_ == 1 and est.tree_[0].stop_reason == "rank"
     short_docs = sp.csr_array(np.eye(6).repeat(5, axis=0) * 2)  # every document has 2 tokens
-    est = HierarchicalMoM(max_depth=3, family="multinomial").fit(short_docs)
-    assert est.n_leaves_ == 1 and est.tree_[0].stop_reason == "moments"
+    with pytest.raises(ValueError, match="3 tokens"):  # as SpectralMixture (issue #15)
+        HierarchicalMoM(max_depth=3, family="multinomial").fit(short_docs)
 
 
 def test_rotation_gap_floor_stops_splitting() -> None:

@@ -120,3 +120,22 @@ def test_every_leaf_says_why_it_is_not_split_in_the_model_and_its_archive() -> N
     model = HierarchyModel.from_bytes(full.model_.to_bytes())
     assert [model.nodes[i].stop_reason for i in model.leaf_ids] == [
         n.stop_reason for n in leaves]
+
+
+def test_short_documents_are_an_error_in_batch_and_a_stop_reason_in_the_stream() -> None:
+    """Documents of < 3 tokens give no single-topic third moment: the batch tree refuses them
+    as SpectralMixture does; the stream, which cannot know the next batch, says so on the
+    leaf."""
+    from streammom import HierarchicalMoM, SpectralMixture
+
+    rng = np.random.default_rng(3)
+    rows = rng.integers(0, 30, size=(2_000, 2))
+    short = sp.csr_array((np.ones(4_000), (np.repeat(np.arange(2_000), 2), rows.ravel())),
+                         shape=(2_000, 30))
+    for est in (HierarchicalMoM(family="multinomial"), SpectralMixture(3, family="multinomial")):
+        with pytest.raises(ValueError, match="≥ 3 tokens"):
+            est.fit(short)
+    eng = StreamingHierarchy(30, family="multinomial")
+    _feed(eng, short)
+    assert eng.model_.n_leaves == 1
+    assert eng.model_.nodes[eng.model_.root_id].stop_reason == "short_documents"
