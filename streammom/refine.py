@@ -24,7 +24,7 @@ the batch mixture (BENCHMARKS.md "streaming quality").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,9 +32,10 @@ import scipy.sparse as sp
 from streammom.estimators import Family
 from streammom.mixture import fit_mixture_em, log_likelihood_matrix
 from streammom.model import Router, map_router
+from streammom.split import Split
 from streammom.tree import Node
 
-__all__ = ["RefinedRouters", "refine_routers", "split_gain"]
+__all__ = ["RefinedRouters", "principal_bisection", "refine_routers", "split_gain"]
 
 _CENTRE_FLOOR = 1e-6
 
@@ -163,3 +164,25 @@ def split_gain(X: sp.csr_array, side: np.ndarray, family: Family, weight: float)
     two = log_likelihood_matrix(X, mu, counts / n, family)[np.arange(n), side]
     one = log_likelihood_matrix(X, mu_all, [1.0], family)[:, 0]
     return float(weight / n * (two - one).sum())
+
+
+def principal_bisection(split: Split, X: sp.csr_array, seed: int, n_iter: int = 30) -> Split:
+    """``split`` re-routed by the sign of the rows' projection on the top principal axis of
+    ``X`` (centred; power iteration from a seeded start, never forming the d × d covariance):
+    the start of a 2-component EM when the moment split of a node is one-sided."""
+    n, d = X.shape
+    if n < 2:
+        return split
+    mean = np.asarray(X.sum(axis=0)).ravel() / n
+    v = np.random.default_rng([seed, n, d]).standard_normal(d)
+    for _ in range(n_iter):
+        u = X @ v - mean @ v  # centred projections, (n,)
+        v = X.T @ u - mean * u.sum()
+        norm = float(np.linalg.norm(v))
+        if norm == 0.0:
+            return split
+        v /= norm
+    proj = X @ v
+    cut = float(np.median(proj))
+    router = Router(np.vstack([np.zeros(d), v]), np.array([0.0, -cut]), absolute=False)
+    return replace(split, router=router)

@@ -43,7 +43,7 @@ from streammom.eigen import NodeEigensolver, complete_basis
 from streammom.estimators import NodeMoments
 from streammom.model import Router
 from streammom.packed import SparsePacked, SymmetricMatrix, add_into
-from streammom.refine import refine_routers, split_gain
+from streammom.refine import principal_bisection, refine_routers, split_gain
 from streammom.split import Split, compute_split, refine_split_em
 from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
 
@@ -246,6 +246,8 @@ class RefitPass:
         share = (float(np.mean(_moment_side(v.discriminators, X)
                                != _moment_side(split.discriminators, X)))
                  if X.shape[0] and v.discriminators is not None else 0.0)
+        if share > 0.5:  # the same split with its children the other way round (the
+            split, share = split.swapped(), 1.0 - share  # reference did not fix the order)
         if share > eng.resplit_threshold:
             self.plans[v.node_id] = Resplit(split, full, share)
         else:
@@ -316,8 +318,14 @@ class RefitPass:
         X = v.reservoir.to_csr()
         share = self._lighter_share(split, X)
         if share < eng.min_child_fraction and eng.em:
-            # one-sided moment split: a 2-component EM on the reservoir, started from it
-            split = refine_split_em(split, X, family=eng.family, max_iter=eng.em_max_iter)
+            # one-sided moment split: a 2-component EM on the reservoir, started from it, then
+            # from the reservoir's principal bisection (the moments saw no balanced split)
+            for start in (split, principal_bisection(split, X, eng.random_state)):
+                refined = refine_split_em(start, X, family=eng.family,
+                                          max_iter=eng.em_max_iter)
+                if self._lighter_share(refined, X) >= eng.min_child_fraction:
+                    break
+            split = refined
             share = self._lighter_share(split, X)
         if share < max(eng.min_child_fraction, 1e-12):
             v.quality = {k: float(x) for k, x in q.items()}

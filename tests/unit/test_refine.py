@@ -139,3 +139,50 @@ def test_short_documents_are_an_error_in_batch_and_a_stop_reason_in_the_stream()
     _feed(eng, short)
     assert eng.model_.n_leaves == 1
     assert eng.model_.nodes[eng.model_.root_id].stop_reason == "short_documents"
+
+
+def test_a_moment_split_with_its_children_swapped_is_an_update_not_a_re_split(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import streammom.refit as refit_module
+
+    X, _, _ = _stream(8_000, seed=9)
+    eng = StreamingHierarchy(X.shape[1], max_depth=1, refit_every=None, em=False)
+    eng.partial_fit(X[:4_000])
+    eng.refit()
+    children = list(eng.nodes_[eng.root_id_].children)
+    original = refit_module.RefitPass._node_split
+
+    def swapped(self: refit_module.RefitPass, v: object, C: object, reference: object) -> object:
+        split = original(self, v, C, reference)
+        return None if split is None else split.swapped()
+
+    monkeypatch.setattr(refit_module.RefitPass, "_node_split", swapped)
+    eng.partial_fit(X[4_000:])
+    records = eng.refit()
+    assert "re-split" not in [r["event"] for r in records]
+    update = [r for r in records if r["event"] == "update"]
+    assert update and update[0]["rerouted"] < eng.resplit_threshold
+    assert eng.nodes_[eng.root_id_].children == children
+
+
+def test_principal_bisection_separates_two_clusters_a_one_sided_split_missed() -> None:
+    from streammom.model import Router
+    from streammom.refine import principal_bisection
+
+    X, y, _ = _stream(3_000, seed=10)
+    eng = StreamingHierarchy(X.shape[1], max_depth=1, refit_every=None, em=False)
+    eng.partial_fit(X)
+    eng.refit()
+    root = eng.nodes_[eng.root_id_]
+    from streammom.split import Split
+
+    base = Split(router=Router(np.zeros((2, X.shape[1])), np.array([1.0, 0.0]), False),
+                 discriminators=root.discriminators, rotation=None, whitening=None)  # type: ignore[arg-type]
+    assert base.router.side(X).max() == 0  # one-sided: every row to child 0
+    halves = principal_bisection(base, X, seed=0).router.side(X)
+    assert 0.3 < halves.mean() < 0.7
+    # the 8 clusters of a depth-3 tree: the top principal axis follows the root's split
+    assert adjusted_rand_score(y >= 4, halves) > 0.5
+    again = principal_bisection(base, X, seed=0).router
+    assert np.array_equal(again.weights, principal_bisection(base, X, seed=0).router.weights)
