@@ -67,6 +67,7 @@ from streammom.moments import (
 )
 from streammom.packed import SparsePacked, add_into, dense
 from streammom.refit import RefitPass
+from streammom.refit_budget import AUTO_MIN_INTERVAL, budget_interval
 from streammom.reservoir import Reservoir
 from streammom.serialization import (
     archive_bytes,
@@ -99,13 +100,21 @@ class StreamingHierarchy(Estimator):
     half_life_unit : {"events", "seconds"}, default "events"
         Exponential forgetting: an event's weight halves every ``half_life`` events or seconds
         of event time (``timestamps`` required for seconds). None: no forgetting.
-    refit_every : int >= 1 or None, default 10_000
+    refit_every : "auto", int >= 1 or None, default "auto"
     refit_every_seconds : float > 0 or None, default None
         Refit policy: after the batch in which this many events (or event-time seconds) passed
-        since the last refit. None disables a trigger; ``refit()`` can always be called.
+        since the last refit. ``"auto"``: at least 10,000 events, raised so that refits take at
+        most ``refit_budget`` of the engine's work, and at most ``half_life``/4 under
+        forgetting counted in events. None disables a trigger; ``refit()`` can always be
+        called.
+    refit_budget : float in (0, 1), default 0.2
+        With ``refit_every="auto"``: the event trigger waits at least (1 − b)/b × a refit's
+        estimated cost in events (:mod:`streammom.refit_budget`: per node, a constant plus d²),
+        so throughput does not fall with d once the growth schedule reaches that interval.
+        Deterministic (no clock).
     first_refit : int >= 1 or None, default 200
         Growth schedule: the event trigger starts at ``first_refit`` events and doubles with
-        every refit (200, 400, 800, … events apart, then every ``refit_every``); one refit grows
+        every refit (200, 400, 800, … events apart, up to ``refit_every``); one refit grows
         as many levels as the reservoirs support, so a tree grows on a stream of a few hundred
         events too. None: ``refit_every`` throughout.
     reservoir_size : int >= 2, default 1024
@@ -194,8 +203,9 @@ class StreamingHierarchy(Estimator):
         min_split_weight: float = 50.0,
         half_life: float | None = None,
         half_life_unit: Literal["events", "seconds"] = "events",
-        refit_every: int | None = 10_000,
+        refit_every: int | Literal["auto"] | None = "auto",
         first_refit: int | None = 200,
+        refit_budget: float = 0.2,
         refit_every_seconds: float | None = None,
         reservoir_size: int = 1024,
         basis_dim: int = 8,
@@ -228,6 +238,7 @@ class StreamingHierarchy(Estimator):
         self.half_life_unit = half_life_unit
         self.refit_every = refit_every
         self.first_refit = first_refit
+        self.refit_budget = refit_budget
         self.refit_every_seconds = refit_every_seconds
         self.reservoir_size = reservoir_size
         self.basis_dim = basis_dim
@@ -459,13 +470,27 @@ class StreamingHierarchy(Estimator):
                     and elapsed >= self.refit_every_seconds)
 
     def _refit_interval(self) -> int:
-        """Events between refits: ``refit_every``, or on a young engine the growth schedule's
-        first_refit · 2^(refits so far) if that is shorter (a fork keeps its refit count, so
-        forks of one engine refit together and stay mergeable)."""
+        """Events between refits: ``refit_every`` (for ``"auto"``: :meth:`_auto_interval`),
+        or the growth schedule's first_refit · 2^(refits so far) if that is shorter. It
+        depends on the tree and counts only, never a clock (a fork keeps its refit count and
+        tree, so forks of one engine refit together and stay mergeable)."""
         assert self.refit_every is not None
+        cap = self._auto_interval() if self.refit_every == "auto" else int(self.refit_every)
         if self.first_refit is None:
-            return self.refit_every
-        return min(self.refit_every, self.first_refit * 2 ** min(self.n_refits_, 40))
+            return cap
+        return min(cap, self.first_refit * 2 ** min(self.n_refits_, 40))
+
+    def _auto_interval(self) -> int:
+        """``refit_every="auto"``: max(10,000, the budget's interval for this tree and d),
+        capped at half_life/4 when forgetting counts events (the sums move by ~16 % a
+        quarter half-life; refits must follow them)."""
+        interval = AUTO_MIN_INTERVAL
+        if self.n_features_ is not None:
+            interval = max(interval, budget_interval(self.refit_budget, len(self.nodes_),
+                                                     self.n_features_))
+        if self.half_life is not None and self.half_life_unit == "events":
+            interval = min(interval, max(1, int(self.half_life / 4)))
+        return interval
 
     # ------------------------------------------------------------------ hot path
     def _accumulate(self, X: sp.csr_array, w: np.ndarray, leaf_ids: np.ndarray) -> None:

@@ -30,11 +30,17 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
           "no forgetting"),
     Param("half_life_unit", "events", (Options(("events", "seconds")),),
           "unit of half_life (seconds need event timestamps)"),
-    Param("refit_every", 10_000, (Interval(int, 1, None), None),
-          "refit after this many events since the last refit; None: no event trigger"),
+    Param("refit_every", "auto", (Interval(int, 1, None), Options(("auto",)), None),
+          "events between refits; auto: at least 10,000 and as many as keep refits within "
+          "refit_budget of the work (at most half_life/4 under forgetting in events); an int: "
+          "exactly that; None: no event trigger"),
     Param("first_refit", 200, (Interval(int, 1, None), None),
           "growth schedule: the first refit after this many events, then doubling intervals "
           "up to refit_every (a tree on short streams); None: every refit_every from the start"),
+    Param("refit_budget", 0.2, (Interval(float, 0.0, 1.0, closed="neither"),),
+          "with refit_every=auto, the largest share of the work refits may take once the "
+          "growth schedule has reached it (a refit's cost estimated from the tree size and d; "
+          "deterministic)"),
     Param("refit_every_seconds", None, (_POSITIVE, None),
           "refit after this many seconds of event time; None: no time trigger"),
     Param("reservoir_size", 1024, (Interval(int, 2, 1 << 24),),

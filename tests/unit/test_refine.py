@@ -186,3 +186,27 @@ def test_principal_bisection_separates_two_clusters_a_one_sided_split_missed() -
     assert adjusted_rand_score(y >= 4, halves) > 0.5
     again = principal_bisection(base, X, seed=0).router
     assert np.array_equal(again.weights, principal_bisection(base, X, seed=0).router.weights)
+
+
+def test_auto_refit_interval_follows_the_budget_and_the_half_life() -> None:
+    from streammom.refit_budget import AUTO_MIN_INTERVAL, budget_interval
+
+    X, _, _ = _stream(3_000, seed=11)
+    small = StreamingHierarchy(X.shape[1], max_leaves=8)
+    _feed(small, X)
+    n_nodes = len(small.nodes_)
+    assert n_nodes == 15
+    assert small._auto_interval() == max(AUTO_MIN_INTERVAL,
+                                         budget_interval(0.2, n_nodes, X.shape[1]))
+    wide = StreamingHierarchy(4_000, max_leaves=8)
+    wide.nodes_, wide.n_features_ = small.nodes_, 4_000  # same tree, wider state
+    assert wide._auto_interval() > 5 * small._auto_interval()  # refits wait longer at large d
+    tighter = StreamingHierarchy(4_000, max_leaves=8, refit_budget=0.5)
+    tighter.nodes_, tighter.n_features_ = small.nodes_, 4_000
+    assert tighter._auto_interval() < wide._auto_interval()
+    decaying = StreamingHierarchy(4_000, half_life=8_000)
+    decaying.nodes_, decaying.n_features_ = small.nodes_, 4_000
+    assert decaying._auto_interval() == 2_000  # a quarter half-life: refits follow the decay
+    exact = StreamingHierarchy(4_000, refit_every=3_000, first_refit=None)
+    exact.nodes_, exact.n_features_ = small.nodes_, 4_000
+    assert exact._refit_interval() == 3_000  # an explicit interval is kept as given

@@ -1,0 +1,58 @@
+"""Calibration of the refit cost budget (:mod:`streammom.refit_budget`).
+
+    .venv/bin/python bench/refit_cost.py
+
+For d in 500 … 4,000: grow the default engine's tree (16 latent leaves, ~10 codes an event) on
+50,000 events, time the ingest of 300,000 more (refits off), then one refit in which every
+internal node has enough new weight to be recomputed. Prints the refit's cost in
+event-equivalents (refit seconds / seconds per ingested event) and the least-squares fit
+cost = n_nodes · (c₀ + c₂ · d²) whose constants ``streammom.refit_budget`` uses. One core
+(thread pools pinned before numpy loads).
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from streammom import StreamingHierarchy  # noqa: E402
+from streammom.datasets import make_hierarchical_bernoulli  # noqa: E402
+from streammom.refit_budget import REFIT_NODE_EVENTS, REFIT_NODE_EVENTS_PER_D2  # noqa: E402
+
+
+def main() -> None:
+    print("| d | nodes | µs per event | refit ms | refit in events |")
+    print("|---:|---:|---:|---:|---:|")
+    rows = []
+    for d in (500, 1_000, 2_000, 4_000):
+        X, *_ = make_hierarchical_bernoulli(350_000, d, 16, codes_per_event=10.0,
+                                            random_state=0)
+        eng = StreamingHierarchy(d, refit_every=None)
+        eng.partial_fit(X[:50_000])
+        for _ in range(5):
+            eng.refit()
+        t0 = time.perf_counter()
+        eng.partial_fit(X[50_000:])
+        per_event = (time.perf_counter() - t0) / 300_000
+        t0 = time.perf_counter()
+        eng.refit()
+        refit = time.perf_counter() - t0
+        n = len(eng.nodes_)
+        rows.append((d, n, refit / per_event))
+        print(f"| {d:,} | {n} | {per_event * 1e6:.2f} | {refit * 1e3:.0f} | "
+              f"{refit / per_event:,.0f} |", flush=True)
+    d = np.array([r[0] for r in rows], dtype=float)
+    y = np.array([r[2] / r[1] for r in rows])
+    c0, c2 = np.linalg.lstsq(np.vstack([np.ones_like(d), d * d]).T, y, rcond=None)[0]
+    print(f"\nfit per node: c0 = {c0:,.0f} events, c2 = {c2:.3g} events/d² "
+          f"(in use: {REFIT_NODE_EVENTS:,.0f}, {REFIT_NODE_EVENTS_PER_D2:.3g})")
+
+
+if __name__ == "__main__":
+    main()
