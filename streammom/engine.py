@@ -67,7 +67,7 @@ from streammom.moments import (
 )
 from streammom.packed import SparsePacked, add_into, dense
 from streammom.refit import RefitPass
-from streammom.refit_budget import AUTO_MIN_INTERVAL, budget_interval
+from streammom.refit_budget import refit_allowance, refit_cost_events
 from streammom.reservoir import Reservoir
 from streammom.serialization import (
     archive_bytes,
@@ -113,10 +113,11 @@ class StreamingHierarchy(Estimator):
         so throughput does not fall with d once the growth schedule reaches that interval.
         Deterministic (no clock).
     first_refit : int >= 1 or None, default 200
-        Growth schedule: the event trigger starts at ``first_refit`` events and doubles with
-        every refit (200, 400, 800, … events apart, up to ``refit_every``); one refit grows
-        as many levels as the reservoirs support, so a tree grows on a stream of a few hundred
-        events too. None: ``refit_every`` throughout.
+        Growth schedule: the first refit after ``first_refit`` events, then one each time the
+        stream has doubled since the last refit (200, 400, 800, … events seen), until the
+        interval reaches ``refit_every``; one refit grows as many levels as the reservoirs
+        support, so a tree grows on a stream of a few hundred events too. None:
+        ``refit_every`` throughout.
     reservoir_size : int >= 2, default 1024
         Events kept per node (the bounded sample children and repairs start from).
     basis_dim : int in [2, 512], default 8
@@ -283,6 +284,7 @@ class StreamingHierarchy(Estimator):
         self._next_id = 1
         self._batch_counter = 0
         self._events_since_refit = 0
+        self._refit_spent = 0.0  # estimated refit work so far, in events (refit_budget)
         self._decay = DecayClock()  # event time, τ_ref of the stored sums, last refit time
         self._buffers: PackedBufferPool | None = None  # reused d(d+1)/2 refit temporaries
         self._scratch = ScratchBuffer()  # reused d x d float32 eigen-solve buffer
@@ -463,34 +465,42 @@ class StreamingHierarchy(Estimator):
         return f"<p><code>{escape(repr(self))}</code></p>{tree}"
 
     def _refit_due(self) -> bool:
-        if self.refit_every is not None and self._events_since_refit >= self._refit_interval():
+        if (self.refit_every is not None and self._events_since_refit >= self._refit_interval()
+                and (self.refit_every != "auto" or self._within_budget())):
             return True
         elapsed = self._decay.since_refit()
         return bool(self.refit_every_seconds is not None and elapsed is not None
                     and elapsed >= self.refit_every_seconds)
 
     def _refit_interval(self) -> int:
-        """Events between refits: ``refit_every`` (for ``"auto"``: :meth:`_auto_interval`),
-        or the growth schedule's first_refit · 2^(refits so far) if that is shorter. It
-        depends on the tree and counts only, never a clock (a fork keeps its refit count and
-        tree, so forks of one engine refit together and stay mergeable)."""
+        """Events between refits. The growth schedule: the first refit after
+        ``first_refit`` events, then one each time the stream has grown by half since the
+        last (as many refits as factors of 1.5, whatever the batch size); an int
+        ``refit_every`` caps it; ``"auto"`` caps it at half_life/4 under forgetting counted
+        in events (the sums move ~16 % a quarter half-life) and leaves the pace to the cost
+        budget (:meth:`_within_budget`). Counts and the tree only, never a clock."""
         assert self.refit_every is not None
-        cap = self._auto_interval() if self.refit_every == "auto" else int(self.refit_every)
-        if self.first_refit is None:
-            return cap
-        return min(cap, self.first_refit * 2 ** min(self.n_refits_, 40))
+        if self.refit_every == "auto":
+            cap = (max(1, int(self.half_life / 4))
+                   if self.half_life is not None and self.half_life_unit == "events"
+                   else None)
+        else:
+            cap = int(self.refit_every)
+        growth = None
+        if self.first_refit is not None:
+            seen_at_last_refit = self.n_events_seen_ - self._events_since_refit
+            growth = max(self.first_refit, seen_at_last_refit // 2)
+        bounds = [x for x in (cap, growth) if x is not None]
+        return min(bounds) if bounds else 1  # auto, no schedule: paced by the budget alone
 
-    def _auto_interval(self) -> int:
-        """``refit_every="auto"``: max(10,000, the budget's interval for this tree and d),
-        capped at half_life/4 when forgetting counts events (the sums move by ~16 % a
-        quarter half-life; refits must follow them)."""
-        interval = AUTO_MIN_INTERVAL
-        if self.n_features_ is not None:
-            interval = max(interval, budget_interval(self.refit_budget, len(self.nodes_),
-                                                     self.n_features_))
-        if self.half_life is not None and self.half_life_unit == "events":
-            interval = min(interval, max(1, int(self.half_life / 4)))
-        return interval
+    def _within_budget(self) -> bool:
+        """``refit_every="auto"``: the refit's estimated cost fits the budget's allowance
+        (:mod:`streammom.refit_budget`)."""
+        if self.n_features_ is None:
+            return True
+        cost = refit_cost_events(len(self.nodes_), self.n_features_)
+        return self._refit_spent + cost <= refit_allowance(
+            self.refit_budget, self.n_events_seen_, self.max_leaves, self.n_features_)
 
     # ------------------------------------------------------------------ hot path
     def _accumulate(self, X: sp.csr_array, w: np.ndarray, leaf_ids: np.ndarray) -> None:
@@ -597,6 +607,7 @@ class StreamingHierarchy(Estimator):
                 if len(self.lineage_) > self.max_lineage:
                     del self.lineage_[: len(self.lineage_) - self.max_lineage]
             self._rebuild_model()
+            self._refit_spent += refit_cost_events(len(self.nodes_), self.n_features_)
         self.n_refits_ += 1
         self._events_since_refit = 0
         self._decay.refit_at = self._decay.now

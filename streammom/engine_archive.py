@@ -93,6 +93,7 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
             "next_id": eng._next_id,
             "batch_counter": eng._batch_counter,
             "events_since_refit": eng._events_since_refit,
+            "refit_spent": eng._refit_spent,
             "time_ref": eng._decay.time_ref,
             "clock": eng._decay.now,
             "refit_clock": eng._decay.refit_at,
@@ -152,6 +153,7 @@ def engine_from_archive(
         eng._next_id = int(st["next_id"])
         eng._batch_counter = int(st["batch_counter"])
         eng._events_since_refit = int(st["events_since_refit"])
+        eng._refit_spent = float(st.get("refit_spent", 0.0))  # absent before the budget
         eng._decay = DecayClock(
             time_ref=None if st["time_ref"] is None else float(st["time_ref"]),
             now=None if st["clock"] is None else float(st["clock"]),

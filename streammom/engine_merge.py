@@ -49,6 +49,7 @@ def merge_into(self: StreamingHierarchy, other: StreamingHierarchy) -> Streaming
         v.fresh += o.fresh * factor
     self.n_events_seen_ += other.n_events_seen_
     self._events_since_refit += other._events_since_refit
+    self._refit_spent += other._refit_spent
     self._batch_counter = max(self._batch_counter, other._batch_counter) + 1
     self._rebuild_model()
     return self
@@ -73,5 +74,6 @@ def fork_of(self: StreamingHierarchy) -> StreamingHierarchy:
         v.reservoir = Reservoir(self.reservoir_size, v.reservoir.n_features)
     out.n_events_seen_ = 0
     out._events_since_refit = 0
+    out._refit_spent = 0.0
     out._rebuild_model()
     return out

@@ -35,8 +35,9 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
           "refit_budget of the work (at most half_life/4 under forgetting in events); an int: "
           "exactly that; None: no event trigger"),
     Param("first_refit", 200, (Interval(int, 1, None), None),
-          "growth schedule: the first refit after this many events, then doubling intervals "
-          "up to refit_every (a tree on short streams); None: every refit_every from the start"),
+          "growth schedule: the first refit after this many events, then one each time the "
+          "stream has doubled, up to refit_every (a tree on short streams); None: every "
+          "refit_every from the start"),
     Param("refit_budget", 0.2, (Interval(float, 0.0, 1.0, closed="neither"),),
           "with refit_every=auto, the largest share of the work refits may take once the "
           "growth schedule has reached it (a refit's cost estimated from the tree size and d; "

@@ -1,5 +1,5 @@
-"""The refit cost budget: how many events must pass between refits so that refits take at most
-a share ``b`` of the engine's work (design §5 "refit policy").
+"""The refit cost budget: refits take at most a share ``b`` of the engine's work, amortised over
+the stream (``refit_every="auto"``; design §5 "refit policy").
 
 A refit's cost is estimated in *event-equivalents* (the number of events the hot path ingests in
 the same time) from the tree alone:
@@ -10,29 +10,30 @@ c₂ · d² per node covers the d × d work (assembling and unpacking C, the blo
 the eigen-solve); c₀ the work independent of d (the split, the EM passes over the reservoirs,
 bookkeeping). The constants were fitted on full refits (every internal node recomputed) of a
 31-node tree at d = 500 … 4,000, events of ~10 codes, BLAS on one thread
-(``bench/refit_cost.py``): 171k, 196k, 356k and 1.26M event-equivalents. A refit is due
-after at least
+(``bench/refit_cost.py``): 171k, 196k, 356k and 1.26M event-equivalents.
 
-    (1 − b) / b · cost(n_nodes, d)
+The budget is a token bucket. After N events the refits may have spent
 
-events (``refit_every="auto"``), so refits take ≤ b of the time whatever d is once the growth
-schedule (first_refit · 2^refits, which keeps a tree growing on short streams) has reached that
-interval; the growth schedule's refits, a geometric series, are outside the budget. The
-estimate depends only on the tree and the state width — never on a clock — so runs replay
-exactly and forks of one engine keep refitting together. It is conservative: most refits
-recompute only the nodes that received enough new weight, and in the daemon an event costs
-far more than in the bare engine.
+    allowance(N) = b / (1 − b) · N + B · cost(2 · max_leaves − 1, d)
+
+event-equivalents in all; a refit the growth schedule proposes runs only if the estimated
+spend so far plus its own cost fits. The burst B (``GROWTH_REFITS`` full-tree refits) pays for
+growing the tree on a young stream, where every refit matters for quality; after it, refits are
+paced at (1 − b)/b · cost events apart, so throughput does not fall with d. The spend is
+counted from the tree and d only — never a clock — so runs replay exactly. The estimate is
+conservative: most refits recompute only the nodes that received enough new weight, and in
+the daemon an event costs far more than in the bare engine.
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["AUTO_MIN_INTERVAL", "REFIT_NODE_EVENTS", "REFIT_NODE_EVENTS_PER_D2",
-           "budget_interval", "refit_cost_events"]
+__all__ = ["GROWTH_REFITS", "REFIT_NODE_EVENTS", "REFIT_NODE_EVENTS_PER_D2",
+           "budget_interval", "refit_allowance", "refit_cost_events"]
 
-#: ``refit_every="auto"`` never refits more often than this once the growth schedule is done.
-AUTO_MIN_INTERVAL = 10_000
+#: B: full-tree refits' worth of cost a young stream may spend before the budget paces refits.
+GROWTH_REFITS = 5
 
 #: c₀: event-equivalents of a refit's per-node work independent of d.
 REFIT_NODE_EVENTS = 3_900.0
@@ -60,3 +61,14 @@ def budget_interval(budget: float, n_nodes: int, d: int) -> int:
     if not 0.0 < budget < 1.0:
         raise ValueError("budget must be in (0, 1)")
     return math.ceil((1.0 - budget) / budget * refit_cost_events(n_nodes, d))
+
+
+def refit_allowance(budget: float, n_events: int, max_leaves: int, d: int) -> float:
+    """Event-equivalents the refits may have spent after ``n_events`` events: the budget's
+    share of the ingest plus the growth burst (module docstring).
+
+    >>> refit_allowance(0.2, 0, 1, 10) == GROWTH_REFITS * refit_cost_events(1, 10)
+    True
+    """
+    return (budget / (1.0 - budget) * n_events
+            + GROWTH_REFITS * refit_cost_events(2 * max_leaves - 1, d))

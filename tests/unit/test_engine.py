@@ -356,8 +356,9 @@ def test_bernoulli_engine_refuses_counts() -> None:
 
 
 def test_growth_schedule_refits_early_then_every_refit_every() -> None:
-    """first_refit: refits 1,000, 2,000, 4,000 … events apart until the interval reaches
-    refit_every (a tree on short streams); None: refit_every from the start."""
+    """first_refit: the first refit after 1,000 events, then each time the stream has grown
+    by half, until the interval reaches refit_every (a tree on short streams); None:
+    refit_every from the start."""
     X, _, _ = make_hierarchical_bernoulli(20_000, 200, 4, random_state=3)
     points = {}
     for first in (1_000, None):
@@ -369,6 +370,6 @@ def test_growth_schedule_refits_early_then_every_refit_every() -> None:
             if eng.n_refits_ > before:
                 seen.append(eng.n_events_seen_)
         points[first] = seen
-    assert points[1_000] == [1_000, 3_000, 7_000, 12_000, 17_000]
+    assert points[1_000] == [1_000, 2_000, 3_000, 4_500, 7_000, 10_500, 15_500]
     assert points[None] == [5_000, 10_000, 15_000, 20_000]
 

@@ -188,25 +188,31 @@ def test_principal_bisection_separates_two_clusters_a_one_sided_split_missed() -
     assert np.array_equal(again.weights, principal_bisection(base, X, seed=0).router.weights)
 
 
-def test_auto_refit_interval_follows_the_budget_and_the_half_life() -> None:
-    from streammom.refit_budget import AUTO_MIN_INTERVAL, budget_interval
+def test_auto_refits_stay_within_the_cost_budget() -> None:
+    """refit_every="auto": after the growth burst, refits are paced by the budget, so a wider
+    state refits less often on the same stream; the estimated spend never exceeds the
+    allowance; an explicit int keeps its meaning; forgetting caps the interval."""
+    from streammom.refit_budget import refit_allowance, refit_cost_events
 
-    X, _, _ = _stream(3_000, seed=11)
-    small = StreamingHierarchy(X.shape[1], max_leaves=8)
-    _feed(small, X)
-    n_nodes = len(small.nodes_)
-    assert n_nodes == 15
-    assert small._auto_interval() == max(AUTO_MIN_INTERVAL,
-                                         budget_interval(0.2, n_nodes, X.shape[1]))
-    wide = StreamingHierarchy(4_000, max_leaves=8)
-    wide.nodes_, wide.n_features_ = small.nodes_, 4_000  # same tree, wider state
-    assert wide._auto_interval() > 5 * small._auto_interval()  # refits wait longer at large d
-    tighter = StreamingHierarchy(4_000, max_leaves=8, refit_budget=0.5)
-    tighter.nodes_, tighter.n_features_ = small.nodes_, 4_000
-    assert tighter._auto_interval() < wide._auto_interval()
-    decaying = StreamingHierarchy(4_000, half_life=8_000)
-    decaying.nodes_, decaying.n_features_ = small.nodes_, 4_000
-    assert decaying._auto_interval() == 2_000  # a quarter half-life: refits follow the decay
-    exact = StreamingHierarchy(4_000, refit_every=3_000, first_refit=None)
-    exact.nodes_, exact.n_features_ = small.nodes_, 4_000
-    assert exact._refit_interval() == 3_000  # an explicit interval is kept as given
+    X, _, _ = _stream(60_000, seed=11)
+
+    def refits(d: int, budget: float) -> int:
+        Xd = sp.csr_array((X.data, X.indices, X.indptr), shape=(X.shape[0], d))
+        eng = StreamingHierarchy(d, max_leaves=8, refit_budget=budget)
+        for start in range(0, X.shape[0], 1_000):
+            eng.partial_fit(Xd[start:start + 1_000])
+            # every refit was allowed when it ran: the spend before it fitted the allowance
+            assert eng._refit_spent <= refit_allowance(budget, eng.n_events_seen_, 8, d) + \
+                refit_cost_events(len(eng.nodes_), d)
+        assert eng.model_.n_leaves == 8
+        return eng.n_refits_
+
+    narrow, wide = refits(X.shape[1], 0.9), refits(3_000, 0.9)
+    assert wide < narrow  # a wider state costs more a refit: refits wait longer
+    assert refits(3_000, 0.2) < wide  # a smaller budget: fewer refits
+    exact = StreamingHierarchy(X.shape[1], refit_every=3_000, first_refit=None)
+    _feed(exact, X)
+    assert exact.n_refits_ == X.shape[0] // 3_000
+    decaying = StreamingHierarchy(X.shape[1], half_life=8_000)
+    decaying.partial_fit(X[:40_000])
+    assert decaying._refit_interval() == 2_000  # a quarter half-life: refits follow the decay

@@ -222,10 +222,17 @@ def test_sigterm_sets_the_flag_only(tmp_path: Path) -> None:
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         install_signal_handlers(worker)
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
-        timer.start()
+
+        def terminate_once_processed() -> None:  # SIGTERM after the input is consumed
+            deadline = time.monotonic() + 60
+            while worker.offsets.get((IN, 0)) != 300 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        killer = threading.Thread(target=terminate_once_processed)
+        killer.start()
         assert worker.run() == 0  # main thread: the handler runs here
-        timer.join()
+        killer.join()
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
