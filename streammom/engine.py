@@ -103,21 +103,20 @@ class StreamingHierarchy(Estimator):
     refit_every : "auto", int >= 1 or None, default "auto"
     refit_every_seconds : float > 0 or None, default None
         Refit policy: after the batch in which this many events (or event-time seconds) passed
-        since the last refit. ``"auto"``: at least 10,000 events, raised so that refits take at
-        most ``refit_budget`` of the engine's work, and at most ``half_life``/4 under
-        forgetting counted in events. None disables a trigger; ``refit()`` can always be
-        called.
+        since the last refit (an int caps the growth schedule below). ``"auto"``: the growth
+        schedule paced by the cost budget (``refit_budget``), and at most ``half_life``/4
+        apart under forgetting counted in events. None disables a trigger; ``refit()`` can
+        always be called.
     refit_budget : float in (0, 1), default 0.2
-        With ``refit_every="auto"``: the event trigger waits at least (1 − b)/b × a refit's
-        estimated cost in events (:mod:`streammom.refit_budget`: per node, a constant plus d²),
-        so throughput does not fall with d once the growth schedule reaches that interval.
-        Deterministic (no clock).
+        With ``refit_every="auto"``: refits take at most this share of the engine's work,
+        amortised — a proposed refit runs only if the estimated refit spend so far plus its
+        own cost (:mod:`streammom.refit_budget`: per node, a constant plus d²) fits b/(1 − b)
+        × events seen plus a burst that pays for growing the tree. Deterministic (no clock).
     first_refit : int >= 1 or None, default 200
         Growth schedule: the first refit after ``first_refit`` events, then one each time the
-        stream has doubled since the last refit (200, 400, 800, … events seen), until the
-        interval reaches ``refit_every``; one refit grows as many levels as the reservoirs
-        support, so a tree grows on a stream of a few hundred events too. None:
-        ``refit_every`` throughout.
+        stream has grown by half since the last refit (as many refits as factors of 1.5,
+        whatever the batch size); one refit grows as many levels as the reservoirs support, so
+        a tree grows on a stream of a few hundred events too. None: no growth schedule.
     reservoir_size : int >= 2, default 1024
         Events kept per node (the bounded sample children and repairs start from).
     basis_dim : int in [2, 512], default 8

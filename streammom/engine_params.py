@@ -31,17 +31,14 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
     Param("half_life_unit", "events", (Options(("events", "seconds")),),
           "unit of half_life (seconds need event timestamps)"),
     Param("refit_every", "auto", (Interval(int, 1, None), Options(("auto",)), None),
-          "events between refits; auto: at least 10,000 and as many as keep refits within "
-          "refit_budget of the work (at most half_life/4 under forgetting in events); an int: "
-          "exactly that; None: no event trigger"),
+          "auto: the growth schedule paced by refit_budget (at most half_life/4 apart under "
+          "forgetting in events); an int: refit at least this often; None: no event trigger"),
     Param("first_refit", 200, (Interval(int, 1, None), None),
           "growth schedule: the first refit after this many events, then one each time the "
-          "stream has doubled, up to refit_every (a tree on short streams); None: every "
-          "refit_every from the start"),
+          "stream has grown by half (a tree on short streams); None: no growth schedule"),
     Param("refit_budget", 0.2, (Interval(float, 0.0, 1.0, closed="neither"),),
-          "with refit_every=auto, the largest share of the work refits may take once the "
-          "growth schedule has reached it (a refit's cost estimated from the tree size and d; "
-          "deterministic)"),
+          "with refit_every=auto, the share of the work refits may take, amortised after a "
+          "growth burst (a refit's cost estimated from the tree size and d; deterministic)"),
     Param("refit_every_seconds", None, (_POSITIVE, None),
           "refit after this many seconds of event time; None: no time trigger"),
     Param("reservoir_size", 1024, (Interval(int, 2, 1 << 24),),
