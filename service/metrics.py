@@ -29,12 +29,11 @@ from prometheus_client.exposition import generate_latest
 from service.events import REJECT_REASONS, UNREADABLE
 from service.transport import TopicPartition
 from streammom import StreamingHierarchy, Vocabulary, __version__
-from streammom.model import STOP_REASONS
+from streammom.model import REFUSED_SPLITS, STOP_REASONS
 
 __all__ = ["WorkerMetrics"]
 
 _log = logging.getLogger("streammom.worker")
-_REFUSALS = ("moments", "split_quality", "one_sided")  # the data refused a split
 # No ``*_created`` series (one per counter and histogram, doubling the scrape for a start time
 # nobody queries): the image set PROMETHEUS_DISABLE_CREATED_SERIES, a pip install did not.
 disable_created_metrics()
@@ -208,7 +207,7 @@ class WorkerMetrics:
                            if node.is_leaf and node.stop_reason is not None)
         for reason in STOP_REASONS:
             self.leaves_stopped.labels(reason=reason).set(stopped.get(reason, 0))
-        refused = {r: n for r, n in sorted(stopped.items()) if r in _REFUSALS}
+        refused = {r: n for r, n in sorted(stopped.items()) if r in REFUSED_SPLITS}
         if refused and model.n_leaves < engine.max_leaves and refused != self._refused:
             _log.warning(
                 "the tree has %d of %d leaves: splits refused (%s)", model.n_leaves,

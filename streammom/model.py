@@ -38,7 +38,8 @@ from streammom.serialization import (
     read_archive,
 )
 
-__all__ = ["STOP_REASONS", "HierarchyModel", "Router", "Routing", "TreeNode", "map_router"]
+__all__ = ["REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel", "Router", "Routing", "TreeNode",
+           "map_router"]
 
 MODEL_SCHEMA_VERSION = 1
 MAX_NODE_ID = 2**24 - 1
@@ -134,6 +135,10 @@ def read_stop_reason(meta: Mapping[str, Any]) -> str | None:
     if reason not in STOP_REASONS or meta.get("children"):
         raise SnapshotFormatError(f"malformed hierarchy model: stop_reason {reason!r}")
     return str(reason)
+
+
+#: The stop reasons that mean the data refused a split (the others are limits of the settings).
+REFUSED_SPLITS: tuple[str, ...] = ("moments", "short_documents", "split_quality", "one_sided")
 
 
 @dataclass(frozen=True)
