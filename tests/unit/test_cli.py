@@ -81,6 +81,18 @@ def test_fit_assign_inspect_round_trip(tmp_path: Path) -> None:
     snap2 = tmp_path / "csv.smm"
     s2 = json.loads(_ok(["fit", str(csv), "-o", str(snap2), "--no-progress"]).splitlines()[-1])
     assert s2["events"] == 3
+    assert s2["stopped"] == {"min_split_weight": 1}  # 3 events: why there is one leaf
+
+
+def test_fit_says_when_refused_splits_hold_the_tree_below_its_budget(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    produce_sample(events=2000, output=str(events), seed=3)
+    result = runner.invoke(app, ["fit", str(events), "-o", str(tmp_path / "m.smm"),
+                                 "--no-progress", "--set", "model.min_spectral_gap=1.0"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["leaves"] == 1 and summary["stopped"] == {"split_quality": 1}
+    assert "warning: 1 of 16 leaves: splits refused (1 split_quality" in result.stderr
 
 
 def test_run_embedded_and_resume(tmp_path: Path) -> None:
