@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import platform
-from collections import Counter as Counter_
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,7 +28,7 @@ from prometheus_client.exposition import generate_latest
 from service.events import REJECT_REASONS, UNREADABLE
 from service.transport import TopicPartition
 from streammom import StreamingHierarchy, Vocabulary, __version__
-from streammom.model import REFUSED_SPLITS, STOP_REASONS
+from streammom.model import STOP_REASONS, describe_refusals
 
 __all__ = ["WorkerMetrics"]
 
@@ -203,16 +202,14 @@ class WorkerMetrics:
         self.model_version.set(int(engine.model_version_))
         self.tree_leaves.set(int(model.n_leaves))
         self.tree_depth.set(int(model.max_depth))
-        stopped = Counter_(node.stop_reason for node in model.nodes.values()
-                           if node.is_leaf and node.stop_reason is not None)
+        stopped = model.stopped_leaves()
         for reason in STOP_REASONS:
             self.leaves_stopped.labels(reason=reason).set(stopped.get(reason, 0))
-        refused = {r: n for r, n in sorted(stopped.items()) if r in REFUSED_SPLITS}
-        if refused and model.n_leaves < engine.max_leaves and refused != self._refused:
+        refused = model.refused_splits(engine.max_leaves)
+        if refused and refused != self._refused:
             _log.warning(
                 "the tree has %d of %d leaves: splits refused (%s)", model.n_leaves,
-                engine.max_leaves,
-                "; ".join(f"{n} {r}: {STOP_REASONS[r]}" for r, n in refused.items()),
+                engine.max_leaves, describe_refusals(refused),
                 extra={"leaves": int(model.n_leaves), "max_leaves": int(engine.max_leaves),
                        "refused": refused})
         self._refused = refused

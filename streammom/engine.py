@@ -129,7 +129,8 @@ class StreamingHierarchy(Estimator):
     em_max_iter : int >= 1, default 20
         Likelihood refinement (:mod:`streammom.refine`): every refit ends with at most
         ``em_max_iter`` EM passes of the leaves' mixture over their reservoirs, started from
-        the leaves' sums; every internal node then routes by MAP between its two subtrees.
+        the current routers' partition of those rows; every internal node then routes by MAP
+        between its two subtrees.
         The moment splits stay the start of every new split. False: moment routers only.
     random_state : int >= 0, default 0
         Seed of every random choice (reservoirs, eigensolver starts).

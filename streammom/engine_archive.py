@@ -206,10 +206,8 @@ def engine_from_archive(
         else:  # the model it routed with: a resumed run publishes what an unbroken one does
             for nid, v in nodes.items():
                 r = model.nodes[nid].router
-                if (r is None) != (v.router is None) or (r is not None and v.router is not None
-                        and not (np.array_equal(r.weights, v.router.weights)
-                                 and np.array_equal(r.bias, v.router.bias)
-                                 and r.absolute == v.router.absolute)):
+                if (r is None) != (v.router is None) or (r is not None
+                                                         and not r.same_as(v.router)):
                     raise SnapshotFormatError(f"malformed engine snapshot: node {nid}: the "
                                               "stored model routes differently from the tree")
             eng.model_ = model

@@ -19,6 +19,7 @@ The margin of a routing step is |score₀ − score₁|: how decisively the even
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from streammom.serialization import (
 )
 
 __all__ = ["REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel", "Router", "Routing", "TreeNode",
-           "map_router"]
+           "describe_refusals", "map_router"]
 
 MODEL_SCHEMA_VERSION = 1
 MAX_NODE_ID = 2**24 - 1
@@ -60,6 +61,12 @@ class Router:
     def __post_init__(self) -> None:
         if self.weights.ndim != 2 or self.weights.shape[0] != 2 or self.bias.shape != (2,):
             raise ValueError("a router needs weights of shape (2, d) and bias of shape (2,)")
+
+    def same_as(self, other: Router | None) -> bool:
+        """Whether ``other`` is this router exactly (same mode, bit-identical parameters)."""
+        return (other is not None and self.absolute == other.absolute
+                and np.array_equal(self.weights, other.weights)
+                and np.array_equal(self.bias, other.bias))
 
     def side(self, X: sp.csr_array | np.ndarray) -> np.ndarray:
         """The child (0 or 1) of every row: 1 where s₁ > s₀, ties to 0 (int64, shape (n,)).
@@ -139,6 +146,11 @@ def read_stop_reason(meta: Mapping[str, Any]) -> str | None:
 
 #: The stop reasons that mean the data refused a split (the others are limits of the settings).
 REFUSED_SPLITS: tuple[str, ...] = ("moments", "short_documents", "split_quality", "one_sided")
+
+
+def describe_refusals(refused: Mapping[str, int]) -> str:
+    """``"2 one_sided: <what it means>; …"`` for a warning (log line or CLI)."""
+    return "; ".join(f"{c} {r}: {STOP_REASONS[r]}" for r, c in refused.items())
 
 
 @dataclass(frozen=True)
@@ -281,6 +293,19 @@ class HierarchyModel:
     @property
     def root(self) -> TreeNode:
         return self.nodes[self.root_id]
+
+    def stopped_leaves(self) -> dict[str, int]:
+        """Leaves by the reason they are not split (:data:`STOP_REASONS`), by reason name."""
+        counts = Counter(n.stop_reason for n in self.nodes.values()
+                         if n.is_leaf and n.stop_reason is not None)
+        return dict(sorted(counts.items()))
+
+    def refused_splits(self, max_leaves: int) -> dict[str, int]:
+        """Leaves whose split the data refused (:data:`REFUSED_SPLITS`) when they keep the
+        tree below ``max_leaves``, by reason; empty otherwise (nothing to report)."""
+        if self.n_leaves >= max_leaves:
+            return {}
+        return {r: c for r, c in self.stopped_leaves().items() if r in REFUSED_SPLITS}
 
     def path_to(self, node_id: int) -> list[int]:
         """Node ids from the root to ``node_id``."""

@@ -2,23 +2,24 @@
 
 The moment splits (design §4) are the start; a refit then treats the k leaves as the
 components of one Bernoulli or multinomial mixture (design §5 "likelihood refinement") and
-runs a few EM passes on the union of the leaves' reservoirs, started from the leaves' exact
-first moments. Each internal node then routes by MAP between its two subtrees, each subtree
-collapsed to one component of the refined mixture:
+runs a few EM passes on the union of the leaves' reservoirs. Each internal node then routes by
+MAP between its two subtrees, each subtree collapsed to one component of the refined mixture:
 
-* leaf start (exact sums): μ_l = s_l / W_l (Bernoulli) or s_l / T1_l (multinomial),
-  π_l ∝ W_l — the sufficient statistics of the mixture under hard assignment;
+* start: the partition of those rows by the routers as they stand after the refit's moment
+  steps (the moment routers wherever the refit recomputed a split, so drift is followed):
+  each leaf's weighted mean and share of its rows; a leaf that receives no row starts from its
+  exact sums, μ_l = s_l / W_l (Bernoulli) or s_l / T1_l (multinomial), π_l ∝ W_l;
 * EM (:func:`streammom.mixture.fit_mixture_em`, thesis ch. 4 §4.4 / ch. 6 §6.3) on the
   reservoir rows, each row weighted W_l / |reservoir_l| (it stands for that many events);
 * subtree c of node v: π_c = Σ_{l∈c} π_l and μ_c = Σ_{l∈c} a_l μ_l / Σ_{l∈c} a_l with
   a_l = π_l (Bernoulli) or π_l · T1_l / W_l (multinomial: token mass), then
   :func:`streammom.model.map_router` of (μ_c₀, μ_c₁), (π_c₀, π_c₁) (thesis Alg. 4, MAP).
 
-The events a refined router sends to a leaf update that leaf's sums, which start the next
-refit's EM: a stepwise classification EM over the stream whose state is the sums themselves,
-so it stays exact, mergeable and decayable, and every step is deterministic (reservoirs are
-seeded). On the public text and binary sets this moves the streaming tree most of the way to
-the batch mixture (BENCHMARKS.md "streaming quality").
+The events a refined router sends to a leaf update that leaf's sums and reservoir, from which
+the next refit starts again: a stepwise classification EM over the stream whose state is the
+sums and the reservoirs, so it stays exact, mergeable and decayable, and every step is
+deterministic (reservoirs are seeded). On the public text and binary sets this moves the
+streaming tree most of the way to the batch mixture (BENCHMARKS.md "streaming quality").
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from streammom.estimators import Family
 from streammom.mixture import fit_mixture_em, log_likelihood_matrix
 from streammom.model import Router, map_router
 from streammom.split import Split
-from streammom.tree import Node
+from streammom.tree import Node, subtree
 
 __all__ = ["RefinedRouters", "principal_bisection", "refine_routers", "split_gain"]
 
@@ -114,22 +115,13 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     if family == "multinomial":  # token mass of each leaf: share × mean length
         mass *= np.array([v.acc.t1 / v.acc.weight for v in leaves])
     index = {nid: i for i, nid in enumerate(leaf_ids)}
-    members: dict[int, list[int]] = {}
-
-    def collect(nid: int) -> list[int]:
-        v = nodes[nid]
-        out = [index[nid]] if v.is_leaf else [i for c in v.children for i in collect(c)]
-        members[nid] = out
-        return out
-
-    collect(root_id)
     routers: dict[int, Router] = {}
     for nid, v in nodes.items():
         if v.is_leaf:
             continue
         centres, shares = [], []
         for c in v.children:
-            idx = members[c]
+            idx = [index[u] for u in subtree(nodes, c) if u in index]  # its leaves
             a = mass[idx]
             centres.append(a @ fit.means[idx] / a.sum())
             shares.append(fit.weights[idx].sum())

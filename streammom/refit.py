@@ -59,9 +59,12 @@ def _moment_side(D: np.ndarray, X: Any) -> np.ndarray:
     return Router(D, np.zeros(2), absolute=True).side(X)
 
 
-def _same_router(a: Router | None, b: Router) -> bool:
-    return (a is not None and a.absolute == b.absolute and np.array_equal(a.weights, b.weights)
-            and np.array_equal(a.bias, b.bias))
+def _lighter_share(side: np.ndarray) -> float:
+    """The lighter child's share of rows sent to sides ``side`` (0 without rows)."""
+    if not side.size:
+        return 0.0
+    right = float(side.mean())
+    return min(right, 1.0 - right)
 
 
 class RefitPass:
@@ -94,13 +97,14 @@ class RefitPass:
         ends with its stop reason (:data:`streammom.model.STOP_REASONS`; None: it may split
         once it has new events)."""
         eng = self.eng
-        heap: list[tuple[float, int, Split]] = []
+        heap: list[tuple[float, int, float, Split]] = []  # (-gain, id, right share, split)
 
         def offer(v: Node) -> None:
             v.stop_reason = self._static_stop(v)
             found = None if v.stop_reason else self._leaf_split(v)
             if found is not None:
-                heapq.heappush(heap, (-found[0], v.node_id, found[1]))
+                gain, split, right = found
+                heapq.heappush(heap, (-gain, v.node_id, right, split))
 
         n_leaves = sum(1 for v in eng.nodes_.values() if v.is_leaf)
         for v in sorted(eng.nodes_.values(), key=lambda v: v.node_id):
@@ -113,19 +117,17 @@ class RefitPass:
             elif v.stop_reason is None or v.stop_reason == "max_leaves":
                 v.stop_reason = self._static_stop(v)
         while heap and n_leaves < eng.max_leaves:
-            _, nid, split = heapq.heappop(heap)
+            _, nid, right, split = heapq.heappop(heap)
             v = eng.nodes_[nid]
-            X = v.reservoir.to_csr()
             if self._spawn_children(v, split, v.acc.C) is None:
                 v.stop_reason = "moments"
                 continue
             v.stop_reason = None
-            right = float(split.router.side(X).mean())
             self._record("split", v, child_share=[1.0 - right, right])
             n_leaves += 1
             for c in v.children:
                 offer(eng.nodes_[c])
-        for _, nid, _ in heap:  # candidates the budget ran out for
+        for _, nid, _, _ in heap:  # candidates the budget ran out for
             eng.nodes_[nid].stop_reason = "max_leaves"
 
     def _static_stop(self, v: Node) -> str | None:
@@ -154,7 +156,7 @@ class RefitPass:
         if refined is None:
             return
         changed = [nid for nid, r in refined.routers.items()
-                   if not _same_router(eng.nodes_[nid].router, r)]
+                   if not r.same_as(eng.nodes_[nid].router)]
         for nid in changed:
             eng.nodes_[nid].router = refined.routers[nid]
         if changed:
@@ -299,9 +301,10 @@ class RefitPass:
             self._apply(c)
 
     # ------------------------------------------------------------------ grow
-    def _leaf_split(self, v: Node) -> tuple[float, Split] | None:
-        """A leaf's split and its likelihood gain, or None when the split is refused (its
-        quality signals and, if one-sided, the lighter child's share go to ``v.quality``)."""
+    def _leaf_split(self, v: Node) -> tuple[float, Split, float] | None:
+        """A leaf's likelihood gain, split and share of reservoir rows sent to child 1, or
+        None when the split is refused (its quality signals and, if one-sided, the lighter
+        child's share go to ``v.quality``)."""
         assert v.acc.C is not None
         eng = self.eng
         v.fresh = 0.0
@@ -316,31 +319,25 @@ class RefitPass:
             v.stop_reason = "split_quality"
             return None
         X = v.reservoir.to_csr()
-        share = self._lighter_share(split, X)
-        if share < eng.min_child_fraction and eng.em:
+        side = split.router.side(X)
+        if _lighter_share(side) < eng.min_child_fraction and eng.em:
             # one-sided moment split: a 2-component EM on the reservoir, started from it, then
             # from the reservoir's principal bisection (the moments saw no balanced split)
             for start in (split, principal_bisection(split, X, eng.random_state)):
                 refined = refine_split_em(start, X, family=eng.family,
                                           max_iter=eng.em_max_iter)
-                if self._lighter_share(refined, X) >= eng.min_child_fraction:
+                side = refined.router.side(X)
+                if _lighter_share(side) >= eng.min_child_fraction:
                     break
             split = refined
-            share = self._lighter_share(split, X)
+        right = float(side.mean()) if side.size else 0.0
+        share = min(right, 1.0 - right)
         if share < max(eng.min_child_fraction, 1e-12):
             v.quality = {k: float(x) for k, x in q.items()}
             v.quality["child_share"] = share
             v.stop_reason = "one_sided"
             return None
-        return split_gain(X, split.router.side(X), eng.family, eng._weight_true(v)), split
-
-    @staticmethod
-    def _lighter_share(split: Split, X: Any) -> float:
-        """The lighter child's share of the reservoir rows under ``split``."""
-        if not X.shape[0]:
-            return 0.0
-        share = float(split.router.side(X).mean())
-        return min(share, 1.0 - share)
+        return split_gain(X, side, eng.family, eng._weight_true(v)), split, right
 
     # ------------------------------------------------------------------ one node
     def _node_split(self, v: Node, C: np.ndarray, reference: np.ndarray | None

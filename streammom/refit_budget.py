@@ -27,10 +27,8 @@ the daemon an event costs far more than in the bare engine.
 
 from __future__ import annotations
 
-import math
-
 __all__ = ["GROWTH_REFITS", "REFIT_NODE_EVENTS", "REFIT_NODE_EVENTS_PER_D2",
-           "budget_interval", "refit_allowance", "refit_cost_events"]
+           "refit_allowance", "refit_cost_events"]
 
 #: B: full-tree refits' worth of cost a young stream may spend before the budget paces refits.
 GROWTH_REFITS = 5
@@ -48,19 +46,6 @@ def refit_cost_events(n_nodes: int, d: int) -> float:
     402380
     """
     return n_nodes * (REFIT_NODE_EVENTS + REFIT_NODE_EVENTS_PER_D2 * d * d)
-
-
-def budget_interval(budget: float, n_nodes: int, d: int) -> int:
-    """Fewest events between refits for refits to take at most ``budget`` of the work.
-
-    >>> budget_interval(0.2, 1, 100)
-    15691
-    >>> budget_interval(0.5, 31, 2_000) == round(refit_cost_events(31, 2_000))
-    True
-    """
-    if not 0.0 < budget < 1.0:
-        raise ValueError("budget must be in (0, 1)")
-    return math.ceil((1.0 - budget) / budget * refit_cost_events(n_nodes, d))
 
 
 def refit_allowance(budget: float, n_events: int, max_leaves: int, d: int) -> float:

@@ -11,7 +11,6 @@ import csv
 import io
 import os
 import sys
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -28,7 +27,7 @@ from service.pipeline import (
     model_assigner,
 )
 from service.snapshots import load_snapshot
-from streammom.model import REFUSED_SPLITS, STOP_REASONS
+from streammom.model import describe_refusals
 from streammom.report.charts import SampleItem
 from streammom.serialization import SnapshotFormatError, atomic_write_bytes
 
@@ -232,20 +231,17 @@ def fit_file(
     engine.refit()
     atomic_write_bytes(output, engine.snapshot())
     model = engine.model_
-    stopped = dict(sorted(Counter(node.stop_reason for node in model.nodes.values()
-                                  if node.is_leaf and node.stop_reason).items()))
-    refused = {r: c for r, c in stopped.items() if r in REFUSED_SPLITS}
-    if refused and model.n_leaves < engine.max_leaves:  # never a silent collapse
-        print(f"warning: {model.n_leaves} of {engine.max_leaves} leaves: splits refused ("
-              + "; ".join(f"{c} {r}: {STOP_REASONS[r]}" for r, c in refused.items()) + ")",
-              file=sys.stderr)
+    refused = model.refused_splits(engine.max_leaves)
+    if refused:  # never a silent collapse
+        print(f"warning: {model.n_leaves} of {engine.max_leaves} leaves: splits refused "
+              f"({describe_refusals(refused)})", file=sys.stderr)
     return {
         "events": n,
         "rejected": rejected,
         "model_version": int(engine.model_version_),
         "leaves": int(model.n_leaves),
         "depth": int(model.max_depth),
-        "stopped": stopped,
+        "stopped": model.stopped_leaves(),
         "snapshot": str(output),
     }
 
