@@ -76,7 +76,7 @@ def run_daemon(bootstrap: str, topic: str, n: int, batch: int) -> float:
             records = worker.source.poll(batch, 0.5)
             if records and t0 is None:
                 t0 = time.perf_counter()
-            ready = worker._take_ready(records)
+            ready = worker.blocks.take_ready(records, worker.source.lag)
             if ready:
                 worker.process_batch(ready)
                 done = worker.counters["processed"]

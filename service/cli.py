@@ -102,13 +102,17 @@ def run(
     serve_http: Annotated[bool | None, typer.Option(
         "--serve-http/--no-serve-http", help="Serve /metrics etc. (default: Kafka mode only).")
     ] = None,
+    role: Annotated[str | None, typer.Option(
+        help="worker.role: all (one process, the default), ingest or learner (scale-out).")
+    ] = None,
 ) -> None:
     """Run the daemon: Kafka in → assignments/models/dead letters out (or JSONL files)."""
     from service.commands.run import run_daemon
 
     settings = _settings(config, sets, kafka={"bootstrap_servers": bootstrap_servers,
                                               "group_id": group_id},
-                         checkpoint={"dir": checkpoint_dir}, http={"port": http_port})
+                         checkpoint={"dir": checkpoint_dir}, http={"port": http_port},
+                         worker={"role": role})
     raise typer.Exit(run_daemon(settings, input_path=input, output=output,
                                 dead_letters=dead_letters, serve_http=serve_http))
 

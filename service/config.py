@@ -166,6 +166,12 @@ class TopicsSettings(_Section):
     assignments: str = "streammom.assignments"
     models: str = "streammom.models"
     dead_letters: str = "streammom.events.dlq"
+    frames: str = Field(default="streammom.frames", description=(
+        "scale-out: the internal topic ingest workers forward valid events to (one partition: "
+        "its assignment elects the active learner)"))
+    learner_state: str = Field(default="streammom.learner-state", description=(
+        "scale-out: the compacted topic of the learner's checkpoints (a standby learner "
+        "restores from it when it takes over)"))
 
 
 _NONE_WORDS = ("none", "null")
@@ -309,6 +315,11 @@ class WorkerSettings(_Section):
             "kafka.group_instance_id, else an id kept in the checkpoint directory (worker.id)"
         ),
     )
+    role: Literal["all", "ingest", "learner"] = Field(default="all", description=(
+        "all: one process consumes, learns and assigns (the default); ingest: decode, "
+        "dead-letter, assign with the published model and forward frames (any number, one "
+        "group); learner: the single writer of the model, learning the frames (one active, "
+        "standbys in group '<kafka.group_id>.learner')"))
     batch_max_records: int = Field(default=2000, ge=1)
     poll_timeout_s: float = Field(default=0.5, gt=0, le=1.0)
     model_publish_interval_s: float = Field(default=60.0, gt=0)

@@ -232,8 +232,11 @@ def build_client(
         raise watch.error(what, exc) from exc
 
 
-def ensure_topics(cfg: KafkaSettings, topics: TopicsSettings) -> list[str]:
-    """Create the missing input/output topics; the models topic with ``cleanup.policy=compact``.
+def ensure_topics(cfg: KafkaSettings, topics: TopicsSettings, *, scale_out: bool = False
+                  ) -> list[str]:
+    """Create the missing input/output topics; the models topic with ``cleanup.policy=compact``;
+    with ``scale_out`` (roles ingest/learner) also the frames topic (one partition) and the
+    compacted learner-state topic.
 
     Returns the names created. Raises :class:`TransportError` when the broker is unreachable,
     :class:`AuthenticationError` when it rejects the credentials.
@@ -253,6 +256,10 @@ def ensure_topics(cfg: KafkaSettings, topics: TopicsSettings) -> list[str]:
             "replication_factor": cfg.replication_factor,
             "configs": {"cleanup.policy": "compact"},
         }
+        if scale_out:
+            wanted[topics.frames] = {"num_partitions": 1,
+                                     "replication_factor": cfg.replication_factor}
+            wanted[topics.learner_state] = dict(wanted[topics.models])
         missing = {k: v for k, v in wanted.items() if k not in existing}
         if missing:
             admin.create_topics(missing, raise_errors=False, wait_for_metadata=True)

@@ -22,7 +22,7 @@ from service.transport import (
     TransportError,
 )
 
-__all__ = ["MemoryBroker", "MemorySink", "MemorySource"]
+__all__ = ["MemoryBroker", "MemoryReader", "MemorySink", "MemorySource"]
 
 
 class MemoryBroker:
@@ -167,6 +167,33 @@ class MemorySource:
         if not self.closed and self._assigned and self.on_revoke is not None:
             self.on_revoke(sorted(self._positions))
         self.closed = True
+
+
+class MemoryReader:
+    """Reads every partition of ``topic`` from its beginning, outside any group."""
+
+    def __init__(self, broker: MemoryBroker, topic: str) -> None:
+        self.broker = broker
+        self.topic = topic
+        self._positions: dict[int, int] = {}
+
+    def read(self, timeout_s: float) -> list[Record]:
+        self.broker._check()
+        with self.broker._lock:
+            parts = self.broker.topics.get(self.topic, [])
+            out: list[Record] = []
+            for p, log in enumerate(parts):
+                out.extend(log[self._positions.get(p, 0):])
+                self._positions[p] = len(log)
+        return out
+
+    def caught_up(self) -> bool:
+        self.broker._check()
+        ends = self.broker.end_offsets(self.topic)
+        return all(self._positions.get(p, 0) >= end for (_, p), end in ends.items())
+
+    def close(self) -> None:
+        return None
 
 
 class MemorySink:

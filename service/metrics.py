@@ -155,6 +155,48 @@ class WorkerMetrics:
             "Valid events every token of which was out of vocabulary (assigned with no features).",
             registry=r,
         )
+        # scale-out roles (design §6): ingest workers and the learner
+        self.role = Info("streammom_role", "This process's role: all, ingest or learner.",
+                         registry=r)
+        self.frames_produced = Counter(
+            "streammom_frames_produced",
+            "Ingest: frames forwarded to the learner (one per input partition and batch).",
+            registry=r,
+        )
+        self.frames_consumed = Counter(
+            "streammom_frames_consumed", "Learner: frames read from the frames topic.",
+            registry=r,
+        )
+        self.frame_events_skipped = Counter(
+            "streammom_frame_events_skipped",
+            "Learner: events of frames at or below the input partition's watermark (frames "
+            "produced twice by ingest workers), not learned again.",
+            registry=r,
+        )
+        self.frame_gaps = Counter(
+            "streammom_frame_gaps",
+            "Learner: frames that started past the watermark of their input partition (input "
+            "records lost before an ingest worker read them: retention or a truncated log).",
+            registry=r,
+        )
+        self.learner_active = Gauge(
+            "streammom_learner_active",
+            "Learner: 1 while this process holds the frames partition (the single writer), 0 "
+            "on a standby.",
+            registry=r,
+        )
+        self.state_events = Gauge(
+            "streammom_state_events",
+            "Learner: valid events in the state this process holds (restored from the "
+            "checkpoint plus learned since; each input event once, whatever was replayed).",
+            registry=r,
+        )
+        self.model_epoch = Gauge(
+            "streammom_model_epoch",
+            "Fencing epoch of the model this process publishes (learner) or routes with "
+            "(ingest).",
+            registry=r,
+        )
         self.build_info = Info("streammom_build", "Build information.", registry=r)
         self.build_info.info({"version": __version__, "python": platform.python_version()})
         for reason in (UNREADABLE, *REJECT_REASONS):

@@ -26,20 +26,22 @@ class ModelPublisher:
     """
 
     def __init__(self, sink: Sink, topic: str, *, name: str, interval_s: float,
-                 max_bytes: int) -> None:
+                 max_bytes: int, per_worker: bool = True) -> None:
         self.sink = sink
         self.topic = topic
         self.name = name
         self.interval_s = interval_s
         self.max_bytes = max_bytes
+        self.per_worker = per_worker
         self.worker_id = ""
         self.published_version: int | None = None
         self.last_publish = 0.0
 
     @property
     def key(self) -> bytes:
-        """The models-topic key of this worker: ``<model.name>/<worker id>``."""
-        return f"{self.name}/{self.worker_id}".encode()
+        """The models-topic key: ``<model.name>/<worker id>`` of a one-process worker, or the
+        bare ``<model.name>`` of the scale-out's single learner (``per_worker=False``)."""
+        return (f"{self.name}/{self.worker_id}" if self.per_worker else self.name).encode()
 
     def due(self, version: int) -> bool:
         """True when ``version`` was not published yet or the interval has passed."""

@@ -21,6 +21,7 @@ __all__ = [
     "Sink",
     "Source",
     "TopicPartition",
+    "TopicReader",
     "TransportError",
     "flatten_offsets",
     "nest_offsets",
@@ -124,6 +125,24 @@ class Sink(Protocol):
 
     def close(self) -> None:
         """Flush what can be flushed and release resources (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class TopicReader(Protocol):
+    """A whole topic read from its beginning, outside any consumer group (the models topic an
+    ingest worker follows, the learner-state topic a learner restores from)."""
+
+    def read(self, timeout_s: float) -> list[Record]:
+        """The records that arrived since the last call (waiting at most ``timeout_s``)."""
+        ...
+
+    def caught_up(self) -> bool:
+        """True when every partition has been read to its current end."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (idempotent)."""
         ...
 
 

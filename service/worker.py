@@ -53,7 +53,7 @@ _log = logging.getLogger("streammom.worker")
 #: Exit status when the state cannot be restored safely (no valid checkpoint, or a lost state
 #: under ``on_lost_state=refuse``): restarting will not help, the operator must act.
 EXIT_CANNOT_START = 2
-_MESSAGE_OVERHEAD = 4096  # record + batch headers, key, message headers
+MESSAGE_OVERHEAD_BYTES = 4096  # record + batch headers, key, message headers
 
 
 @dataclass
@@ -123,7 +123,7 @@ class Worker:
         self.blocks = AlignedBlocks(settings.worker.batch_max_records)
         self._binary = settings.model.family == "bernoulli"
         # the largest value + headers one produced message may carry (models, dead letters)
-        self._max_message_bytes = settings.kafka.max_request_size - _MESSAGE_OVERHEAD
+        self._max_message_bytes = settings.kafka.max_request_size - MESSAGE_OVERHEAD_BYTES
         self.publisher = ModelPublisher(sink, self.topics.models, name=settings.model.name,
                                         interval_s=settings.worker.model_publish_interval_s,
                                         max_bytes=self._max_message_bytes)
@@ -227,8 +227,11 @@ class Worker:
         """Call an optional start-up query of the source, retried with backoff while the broker
         is down; None if the source lacks it or a stop is requested meanwhile."""
         call = getattr(self.source, method, None)
-        if call is None:
-            return None
+        return None if call is None else self._retrying(call)
+
+    def _retrying(self, call: Callable[[], Any]) -> Any:
+        """``call()`` retried with backoff while the broker is down; None if a stop is
+        requested meanwhile."""
         w = self.settings.worker
         backoff = w.backoff_initial_s
         while not self.stop_event.is_set():
@@ -407,6 +410,12 @@ class Worker:
         for event, value in zip(events, assignment_values(events, routing), strict=True):
             produce(topic, event.key.encode(), value, version_header)
         result.processed += len(events)
+        self._note_refit(result)
+
+    def _note_refit(self, result: BatchResult) -> None:
+        """After a learn call: if the engine refitted, export the new model's metrics, log it,
+        rewrite the report and ask for a checkpoint (``checkpoint.on_refit``)."""
+        engine = self.engine
         result.model_version = int(engine.model_version_)
         marker = self._refit_marker()
         if marker == self._last_refit_marker:
@@ -577,9 +586,8 @@ class Worker:
                 force=self.publisher.published_version != int(self._engine.model_version_))
         if not self._flush():
             return self._abort()
-        due = self._engine is not None and (self.checkpoints.pending
-                                            or not self.store.path.exists())
-        if due and not self.checkpoint():
+        if self._engine is not None and self._checkpoint_due_at_shutdown() \
+                and not self.checkpoint():
             _log.error("final checkpoint failed; exiting 1 without committing (the events "
                        "since the last checkpoint are replayed on the next start)",
                        extra={"dir": str(self.store.directory),
@@ -589,6 +597,10 @@ class Worker:
         _log.info("stopped", extra={"processed": self.counters["processed"],
                                     "offsets": offset_labels(self.offsets)})
         return 0
+
+    def _checkpoint_due_at_shutdown(self) -> bool:
+        """Work since the last checkpoint, or no checkpoint written yet."""
+        return self.checkpoints.pending or not self.store.path.exists()
 
     def _abort(self) -> int:
         self._close()

@@ -348,6 +348,19 @@ class StreamingHierarchy(Estimator):
         # DFS leaf ranks: every node's rows are one contiguous slice after sorting by rank.
         self._layout = leaf_layout(self.nodes_, self.root_id_)
 
+    def raise_version(self, at_least: int) -> None:
+        """Renumber the current model to version ``at_least`` if it is below it.
+
+        A learner that takes over from another (design §6, scale-out) restores the last
+        checkpoint, whose version may be below the versions its predecessor published since;
+        it continues above them so published versions never go back. The tree and the sums
+        are untouched; later refits count on from the new number.
+        """
+        if at_least > self.model_version_:
+            self.model_version_ = int(at_least)
+            if self.model_ is not None:
+                self.model_ = self._current_model()
+
     # ------------------------------------------------------------------ input
     def _as_matrix(self, X: Any) -> sp.csr_array:
         vocab = self.vocabulary

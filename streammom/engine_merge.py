@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from streammom.packed import SparsePacked
+from streammom.packed import SparsePacked, dense, unpack_symmetric
 from streammom.reservoir import Reservoir
 
 if TYPE_CHECKING:
     from streammom.engine import StreamingHierarchy
 
-__all__ = ["fork_of", "merge_into", "structure"]
+__all__ = ["fork_of", "merge_into", "named_root_sums", "structure"]
 
 
 def structure(eng: StreamingHierarchy) -> list[tuple[int, int, tuple[int, ...]]]:
@@ -77,3 +77,29 @@ def fork_of(self: StreamingHierarchy) -> StreamingHierarchy:
     out._refit_spent = 0.0
     out._rebuild_model()
     return out
+
+
+def named_root_sums(
+    eng: StreamingHierarchy,
+) -> tuple[float, dict[str, float], dict[tuple[str, str], float]]:
+    """The whole stream's weight W, first-order sums s and second-order sums C, keyed by
+    feature name: ``(W, {token: s_j}, {(token_i, token_j): C_ij})`` over the non-zero entries,
+    each pair's tokens sorted.
+
+    Two engines that learned the same events — one process, or a learner fed by several
+    ingest workers (design §6) — hold equal sums whatever the order, but their vocabularies
+    may number the tokens differently (first come, first numbered); by name they compare
+    directly. Without forgetting and with 0/1 or count rows every entry is an integer sum, so
+    equal means equal to the bit.
+    """
+    acc = eng.node_accumulator(eng.root_id_)
+    assert acc.C is not None and eng.vocabulary is not None
+    names = eng.vocabulary.feature_names
+    C = np.triu(unpack_symmetric(dense(acc.C), acc.s.shape[0]))
+    s = {names[j]: float(acc.s[j]) for j in np.flatnonzero(acc.s)}
+    ii, jj = np.nonzero(C)
+    pairs: dict[tuple[str, str], float] = {}
+    for i, j in zip(ii.tolist(), jj.tolist(), strict=True):
+        a, b = sorted((names[i], names[j]))
+        pairs[(a, b)] = float(C[i, j])
+    return float(acc.weight), s, pairs

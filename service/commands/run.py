@@ -18,7 +18,7 @@ from service.config import Settings
 from service.logs import setup_logging
 from service.metrics import WorkerMetrics
 from service.transport import Sink, Source, TransportError
-from service.worker import EXIT_CANNOT_START, Worker
+from service.worker import EXIT_CANNOT_START, MESSAGE_OVERHEAD_BYTES, Worker
 
 __all__ = ["install_signal_handlers", "run_daemon"]
 
@@ -75,7 +75,7 @@ def _kafka_io(settings: Settings, worker_stop: Any) -> tuple[Source, Sink]:
     while not worker_stop.is_set():
         try:
             if kafka.create_topics:
-                ensure_topics(kafka, settings.topics)
+                ensure_topics(kafka, settings.topics, scale_out=settings.worker.role != "all")
             else:
                 verify_connection(kafka)
             break
@@ -92,9 +92,40 @@ def _kafka_io(settings: Settings, worker_stop: Any) -> tuple[Source, Sink]:
                          extra={"error": str(exc)})
             worker_stop.wait(backoff)
             backoff = min(backoff * 2, settings.worker.backoff_max_s)
-    source = KafkaSource(settings.kafka, settings.topics.input,
-                         max_poll_records=settings.worker.batch_max_records)
-    return source, KafkaSink(settings.kafka)
+    if settings.worker.role == "learner":  # the frames topic, in the learners' own group
+        learners = kafka.model_copy(update={"group_id": f"{kafka.group_id}.learner"})
+        source = KafkaSource(learners, settings.topics.frames,
+                             max_poll_records=settings.worker.batch_max_records)
+    else:
+        source = KafkaSource(kafka, settings.topics.input,
+                             max_poll_records=settings.worker.batch_max_records)
+    return source, KafkaSink(kafka)
+
+
+def _role_worker(settings: Settings, source: Source, sink: Sink, metrics: WorkerMetrics,
+                 embedded: bool) -> Worker:
+    """The worker of ``worker.role``: one process (``all``), ``ingest`` or ``learner``."""
+    role = settings.worker.role
+    if role == "all":
+        metrics.role.info({"role": "all"})
+        return Worker(settings, source, sink, metrics=metrics, exit_when_idle=embedded)
+    from service.ingest import IngestWorker
+    from service.kafka_reader import KafkaTopicReader
+    from service.learner import LearnerWorker
+    from service.model_follower import ModelFollower
+    from service.state_topic import TopicCheckpointStore
+
+    kafka, topics = settings.kafka, settings.topics
+    models = ModelFollower(KafkaTopicReader(kafka, topics.models, client_suffix="models"),
+                           settings.model.name)
+    if role == "ingest":
+        return IngestWorker(settings, source, sink, models=models, metrics=metrics)
+    state = TopicCheckpointStore(
+        sink, lambda: KafkaTopicReader(kafka, topics.learner_state, client_suffix="state"),
+        topics.learner_state, name=settings.model.name,
+        chunk_bytes=kafka.max_request_size - MESSAGE_OVERHEAD_BYTES,
+        flush_timeout_s=settings.worker.flush_timeout_s)
+    return LearnerWorker(settings, source, sink, state=state, models=models, metrics=metrics)
 
 
 class _Stop:
@@ -152,6 +183,9 @@ def run_daemon(
                 f"{input_path}: 'run' reads JSONL events (one JSON object per line, see "
                 "'streammom schema'), not CSV; 'streammom fit' and 'assign' read a CSV/TSV of "
                 "codes (--csv-column, --csv-separator)")
+    if input_path is not None and settings.worker.role != "all":
+        raise ValueError(f"worker.role={settings.worker.role} needs Kafka (the frames and "
+                         "learner-state topics); the embedded mode (--input) runs role 'all'")
     setup_logging(settings.worker.log_level, log_format=settings.worker.log_format)
     try:
         CheckpointStore(settings.checkpoint.dir).check_writable()
@@ -187,7 +221,7 @@ def run_daemon(
                     else holder["w"].readiness(),
                 )
             source, sink = _kafka_io(settings, early)
-        worker = Worker(settings, source, sink, metrics=metrics, exit_when_idle=embedded)
+        worker = _role_worker(settings, source, sink, metrics, embedded)
         if not embedded:
             holder["w"] = worker
         elif serve:

@@ -34,6 +34,15 @@ CONTRACT_METRICS: dict[str, str] = {
     "streammom_vocabulary_tokens": "gauge",
     "streammom_vocabulary_capacity_tokens": "gauge",
     "streammom_vocabulary_oov_tokens_total": "counter",
+    # scale-out roles (docs/design.md §6)
+    "streammom_role_info": "gauge",
+    "streammom_learner_active": "gauge",
+    "streammom_model_epoch": "gauge",
+    "streammom_state_events": "gauge",
+    "streammom_frames_produced_total": "counter",
+    "streammom_frames_consumed_total": "counter",
+    "streammom_frame_events_skipped_total": "counter",
+    "streammom_frame_gaps_total": "counter",
 }
 REJECT_REASONS = ("unreadable", "invalid_json", "not_utf8", "schema", "empty", "oversized",
                   "unknown_type")
@@ -49,6 +58,9 @@ CONTRACT_ENV = {
     "STREAMMOM_TOPICS__ASSIGNMENTS",
     "STREAMMOM_TOPICS__MODELS",
     "STREAMMOM_TOPICS__DEAD_LETTERS",
+    "STREAMMOM_TOPICS__FRAMES",
+    "STREAMMOM_TOPICS__LEARNER_STATE",
+    "STREAMMOM_WORKER__ROLE",
     "STREAMMOM_CHECKPOINT__DIR",
     "STREAMMOM_HTTP__HOST",
     "STREAMMOM_HTTP__PORT",

@@ -21,6 +21,8 @@ import yaml
 from deploy_helpers import CONTRACT_ENV, DEPLOY, HTTP_PORT, REPO
 
 COMPOSE = DEPLOY / "compose.yaml"
+#: The streammom services: the learner and two ingest workers (docs/design.md §6).
+WORKERS = ("learner", "ingest-1", "ingest-2")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ def test_schema_valid(compose: dict[str, Any], compose_schema: dict[str, Any]) -
 
 def test_schema_bites(compose: dict[str, Any], compose_schema: dict[str, Any]) -> None:
     broken = copy.deepcopy(compose)
-    broken["services"]["streammom"]["depends_on"]["kafka"]["condition"] = "service_ready"
+    broken["services"]["learner"]["depends_on"]["kafka"]["condition"] = "service_ready"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, compose_schema)
     broken = copy.deepcopy(compose)
@@ -63,7 +65,7 @@ def test_schema_bites(compose: dict[str, Any], compose_schema: dict[str, Any]) -
 
 def test_services_and_pinned_images(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert {"kafka", "kafka-init", "streammom", "producer", "prometheus", "grafana"} <= set(
+    assert {"kafka", "kafka-init", *WORKERS, "producer", "prometheus", "grafana"} <= set(
         services
     )
     expected = {
@@ -124,47 +126,69 @@ def test_topics_created_match_the_worker(compose: dict[str, Any]) -> None:
     init = services["kafka-init"]
     assert init["depends_on"]["kafka"]["condition"] == "service_healthy"
     topics = _created_topics(init)
-    env = _env(services["streammom"])
+    env = _env(services["learner"])
     assert set(topics) == {
         env["STREAMMOM_TOPICS__INPUT"],
         env["STREAMMOM_TOPICS__ASSIGNMENTS"],
         env["STREAMMOM_TOPICS__MODELS"],
         env["STREAMMOM_TOPICS__DEAD_LETTERS"],
+        env["STREAMMOM_TOPICS__FRAMES"],
+        env["STREAMMOM_TOPICS__LEARNER_STATE"],
     }
     assert topics[env["STREAMMOM_TOPICS__INPUT"]]["--partitions"] == "6"
-    assert topics[env["STREAMMOM_TOPICS__MODELS"]]["--config"] == "cleanup.policy=compact"
+    assert topics[env["STREAMMOM_TOPICS__FRAMES"]]["--partitions"] == "1"  # the election
+    for compacted in ("MODELS", "LEARNER_STATE"):
+        assert topics[env[f"STREAMMOM_TOPICS__{compacted}"]]["--config"] == \
+            "cleanup.policy=compact"
     assert env["STREAMMOM_TOPICS__DEAD_LETTERS"] == env["STREAMMOM_TOPICS__INPUT"] + ".dlq"
     # idempotent re-runs: every create goes through `kafka-topics.sh --create --if-not-exists`
     script = "\n".join(init["command"])
     assert re.search(r"create\(\) \{[^}]*--create --if-not-exists", script), script
 
 
-def test_worker_contract(compose: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", WORKERS)
+def test_worker_contract(compose: dict[str, Any], name: str) -> None:
     services = compose["services"]
-    worker = services["streammom"]
+    worker = services[name]
     assert worker["build"]["context"] == ".."
     assert (COMPOSE.parent / worker["build"]["context"] / worker["build"]["dockerfile"]).is_file()
     assert worker["depends_on"]["kafka"]["condition"] == "service_healthy"
     assert worker["depends_on"]["kafka-init"]["condition"] == "service_completed_successfully"
     env = _env(worker)
     assert set(env) <= CONTRACT_ENV, set(env) - CONTRACT_ENV
+    assert env["STREAMMOM_WORKER__ROLE"] == ("learner" if name == "learner" else "ingest")
     assert env["STREAMMOM_KAFKA__BOOTSTRAP_SERVERS"] == "kafka:9092"
     assert env["STREAMMOM_HTTP__HOST"] == "0.0.0.0"
     assert env["STREAMMOM_HTTP__PORT"] == str(HTTP_PORT)
     assert env["STREAMMOM_CHECKPOINT__DIR"] == "/var/lib/streammom"
-    assert f"{HTTP_PORT}:{HTTP_PORT}" in worker["ports"]
+    assert any(p.endswith(f":{HTTP_PORT}") for p in worker["ports"])
     assert any(v.endswith(":/var/lib/streammom") for v in worker["volumes"])
+
+
+def test_one_learner_and_two_ingest_workers_share_one_model(compose: dict[str, Any]) -> None:
+    """The scale-out of docs/design.md §6: same group, topics and model; distinct instance ids
+    and host ports."""
+    envs = {name: _env(compose["services"][name]) for name in WORKERS}
+    roles = sorted(env["STREAMMOM_WORKER__ROLE"] for env in envs.values())
+    assert roles == ["ingest", "ingest", "learner"]
+    shared = {k: v for k, v in envs["learner"].items()
+              if k not in ("STREAMMOM_WORKER__ROLE", "STREAMMOM_KAFKA__GROUP_INSTANCE_ID")}
+    for env in envs.values():
+        assert shared.items() <= env.items()
+    assert len({env["STREAMMOM_KAFKA__GROUP_INSTANCE_ID"] for env in envs.values()}) == 3
+    host_ports = [p.split(":")[0] for n in WORKERS for p in compose["services"][n]["ports"]]
+    assert len(set(host_ports)) == len(host_ports)
 
 
 def test_producer_runs_produce_sample(compose: dict[str, Any]) -> None:
     services = compose["services"]
     producer = services["producer"]
-    assert producer["image"] == services["streammom"]["image"]
+    assert producer["image"] == services["learner"]["image"]
     cmd = producer["command"]
     assert cmd[0] == "produce-sample"
     opts = dict(zip(cmd[1::2], cmd[2::2], strict=True))
-    assert opts["--bootstrap"] == _env(services["streammom"])["STREAMMOM_KAFKA__BOOTSTRAP_SERVERS"]
-    assert opts["--topic"] == _env(services["streammom"])["STREAMMOM_TOPICS__INPUT"]
+    assert opts["--bootstrap"] == _env(services["learner"])["STREAMMOM_KAFKA__BOOTSTRAP_SERVERS"]
+    assert opts["--topic"] == _env(services["learner"])["STREAMMOM_TOPICS__INPUT"]
     assert int(opts["--events"]) > 0 and int(opts["--rate"]) > 0
     assert producer["healthcheck"] == {"disable": True}
 
@@ -196,8 +220,8 @@ def test_prometheus_scrapes_the_worker_and_loads_alerts(compose: dict[str, Any])
     config = yaml.safe_load(config_path.read_text())
     [job] = [j for j in config["scrape_configs"] if j["job_name"] == "streammom"]
     targets = [t for sc in job["static_configs"] for t in sc["targets"]]
-    port = _env(compose["services"]["streammom"])["STREAMMOM_HTTP__PORT"]
-    assert targets == [f"streammom:{port}"]
+    port = _env(compose["services"]["learner"])["STREAMMOM_HTTP__PORT"]
+    assert targets == [f"{name}:{port}" for name in WORKERS]
     assert job.get("metrics_path", "/metrics") == "/metrics"
     for rule_file in config["rule_files"]:
         assert rule_file in mounts, f"rule file {rule_file} not mounted"
@@ -228,5 +252,5 @@ def test_grafana_provisioning(compose: dict[str, Any]) -> None:
 
 
 def test_repo_root_build_context_is_the_repo(compose: dict[str, Any]) -> None:
-    context = (COMPOSE.parent / compose["services"]["streammom"]["build"]["context"]).resolve()
+    context = (COMPOSE.parent / compose["services"]["learner"]["build"]["context"]).resolve()
     assert context == REPO

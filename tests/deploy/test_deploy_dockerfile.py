@@ -118,7 +118,7 @@ def test_dockerignore_keeps_the_context_small() -> None:
         ".cache/kafka-libs/x.jar",
         "tests/deploy/test_deploy_dockerfile.py",
         "streammom/__pycache__/model.cpython-312.pyc",
-        "deploy/k8s/statefulset.yaml",
+        "deploy/k8s/learner.yaml",
         "bench/quality.py",
     ):
         assert ignore.excluded(path), path

@@ -66,14 +66,15 @@ def test_compose_and_k8s_env_are_real_settings(monkeypatch: pytest.MonkeyPatch) 
     from service.config import load_settings
 
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
-    sts = yaml.safe_load((DEPLOY / "k8s" / "statefulset.yaml").read_text())
     env: dict[str, str] = {
         k: str(v)
-        for k, v in compose["services"]["streammom"]["environment"].items()
+        for k, v in compose["services"]["ingest-1"]["environment"].items()
         if k != "STREAMMOM_CONFIG"
     }
-    for item in sts["spec"]["template"]["spec"]["containers"][0]["env"]:
-        env[item["name"]] = item.get("value", "streammom-0")  # fieldRef: the pod name
+    for name in ("learner.yaml", "ingest.yaml"):
+        workload = yaml.safe_load((DEPLOY / "k8s" / name).read_text())
+        for item in workload["spec"]["template"]["spec"]["containers"][0]["env"]:
+            env[item["name"]] = item.get("value", "streammom-learner-0")  # fieldRef: pod name
     _clean_env(monkeypatch)
     for key, value in env.items():
         monkeypatch.setenv(key, value)

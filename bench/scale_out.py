@@ -1,0 +1,154 @@
+"""Scale-out capacity: one learner's events/s from frames against one ingest worker's events/s,
+same broker, same run (issue #16; docs/design.md §6 "capacity").
+
+    .venv/bin/python bench/scale_out.py [--events 100000] [--partitions 4] [--bootstrap HOST:PORT]
+
+1. Produce N synthetic encounter events to a fresh input topic of ``--partitions`` partitions
+   (starting a local ``service.devbroker.KafkaBroker`` if ``--bootstrap`` is not given).
+2. **ingest**: one ``IngestWorker`` (role ingest, default settings) reads all of them —
+   decode, validate, route with the followed model, one assignment per event, one frame per
+   partition and batch to the frames topic, commit — until all N are framed.
+3. **learner**: one ``LearnerWorker`` (role learner, default settings) takes over and learns
+   the N events from the frames topic, publishing models and checkpointing its state to the
+   learner-state topic, until its state holds all N.
+4. **all**: the one-process worker (role all, default settings) on the same input, for
+   reference.
+
+Prints events/s of each and ``learner / ingest``: how many ingest workers one learner serves.
+Every worker runs with the shipped defaults (model, checkpoint and worker sections); only the
+broker address, the topic names and the checkpoint directory are set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kafka import KafkaAdminClient, KafkaProducer
+
+from service.commands.produce import sample_messages
+from service.commands.run import _role_worker
+from service.config import Settings, load_settings
+from service.kafka_sink import KafkaSink
+from service.kafka_source import KafkaSource
+from service.metrics import WorkerMetrics
+from service.worker import Worker
+
+
+def _topics(bootstrap: str, spec: dict[str, tuple[int, bool]]) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics({n: {"num_partitions": p, "replication_factor": 1,
+                                 **({"configs": {"cleanup.policy": "compact"}} if c else {})}
+                             for n, (p, c) in spec.items()}, wait_for_metadata=True)
+    finally:
+        admin.close()
+
+
+def _produce(bootstrap: str, topic: str, n: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024,
+                             compression_type="gzip")
+    for key, value in sample_messages(n, seed=7):
+        producer.send(topic, key=key, value=value)
+    producer.flush(300)
+    producer.close()
+
+
+def _settings(bootstrap: str, prefix: str, role: str, tmp: str) -> Settings:
+    return load_settings(overrides={
+        "kafka": {"bootstrap_servers": bootstrap, "group_id": f"{prefix}-{role}",
+                  "create_topics": False},
+        "topics": {"input": f"{prefix}.events", "assignments": f"{prefix}.assignments",
+                   "models": f"{prefix}.models", "dead_letters": f"{prefix}.dlq",
+                   "frames": f"{prefix}.frames", "learner_state": f"{prefix}.state"},
+        "checkpoint": {"dir": tmp},
+        "worker": {"role": role},
+        "http": {"enabled": False},
+    })
+
+
+def _drive(worker: Worker, done: Callable[[], bool], started: Callable[[], bool]) -> float:
+    """Run the worker's loop steps until ``done()``; seconds from the first batch processed
+    while ``started()`` (after start-up, election and take-over) to the end."""
+    worker.restore()
+    w = worker.settings.worker
+    t0: float | None = None
+    while not done():
+        records = worker.source.poll(w.batch_max_records, w.poll_timeout_s)
+        ready = worker.blocks.take_ready(records, worker.source.lag)
+        if ready:
+            if t0 is None and started():
+                t0 = time.perf_counter()
+            worker.process_batch(ready)
+        elif not records:
+            worker._idle()
+    elapsed = time.perf_counter() - (t0 or time.perf_counter())
+    worker.shutdown()
+    return elapsed
+
+
+def _worker(settings: Settings) -> Worker:
+    kafka, topics = settings.kafka, settings.topics
+    if settings.worker.role == "learner":
+        learners = kafka.model_copy(update={"group_id": f"{kafka.group_id}.learner"})
+        source = KafkaSource(learners, topics.frames,
+                             max_poll_records=settings.worker.batch_max_records)
+    else:
+        source = KafkaSource(kafka, topics.input,
+                             max_poll_records=settings.worker.batch_max_records)
+    return _role_worker(settings, source, KafkaSink(kafka), WorkerMetrics(), embedded=False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--bootstrap", default=None)
+    args = ap.parse_args()
+    n = args.events
+    broker = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        from service.devbroker import KafkaBroker
+
+        broker = KafkaBroker().start()
+        bootstrap = broker.bootstrap
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    try:
+        _topics(bootstrap, {f"{prefix}.events": (args.partitions, False),
+                            f"{prefix}.assignments": (args.partitions, False),
+                            f"{prefix}.dlq": (1, False), f"{prefix}.frames": (1, False),
+                            f"{prefix}.models": (1, True), f"{prefix}.state": (1, True)})
+        _produce(bootstrap, f"{prefix}.events", n)
+        with tempfile.TemporaryDirectory() as tmp:
+            ingest = _worker(_settings(bootstrap, prefix, "ingest", tmp))
+            t_ingest = _drive(ingest, lambda: ingest.counters["processed"] >= n,
+                              lambda: True)
+            learner = _worker(_settings(bootstrap, prefix, "learner", tmp))
+            t_learner = _drive(learner, lambda: learner.counters["processed"] >= n,
+                               lambda: learner.active)
+            one = _worker(_settings(bootstrap, prefix, "all", tmp))
+            t_all = _drive(one, lambda: one.counters["processed"] >= n, lambda: True)
+    finally:
+        if broker is not None:
+            broker.close()
+    ingest_rate, learner_rate, all_rate = n / t_ingest, n / t_learner, n / t_all
+    print(json.dumps({
+        "events": n, "partitions": args.partitions,
+        "ingest_events_per_s": round(ingest_rate), "learner_events_per_s": round(learner_rate),
+        "all_in_one_events_per_s": round(all_rate),
+        "ingest_workers_per_learner": round(learner_rate / ingest_rate, 2),
+        "learner_refits": learner.refits, "learner_model_version": int(
+            learner.engine.model_version_)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The ingest role of the scale-out (design §6): stateless, any number, one consumer group.
+
+Per batch of input records::
+
+    decode/validate (bad → dead letter, as the one-process worker)
+      → route with the newest published model (ModelFollower; the root leaf, version 0,
+        before the learner published one) → one assignment per valid event
+      → one frame per input partition (its valid events, offsets and the range covered)
+        to the frames topic → flush → commit the input offsets
+
+An ingest worker keeps no state: its position is the group's committed offset, committed only
+after the batch's assignments, dead letters and frames were acknowledged (every
+``checkpoint.every_events`` records / ``every_seconds``, on a revocation and at shutdown). A
+worker that dies between producing and committing makes its successor produce those frames
+again; the learner learns each input offset once (its watermarks, :mod:`service.learner`).
+Assignments of such a replay are produced again (at-least-once outputs, as the one-process
+worker after a restart).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from service.config import Settings
+from service.events import UNREADABLE, Event, Rejection
+from service.frames import FRAME_CONTENT_TYPE, encode_frame
+from service.metrics import WorkerMetrics
+from service.model_follower import ModelFollower, root_routing
+from service.pipeline import assignment_values, events_matrix
+from service.startup import resolve_worker_id
+from service.transport import Record, Sink, Source, TopicPartition, TransportError
+from service.worker import BatchResult, Worker
+from streammom import warm_up
+
+__all__ = ["IngestWorker"]
+
+_log = logging.getLogger("streammom.ingest")
+
+
+class IngestWorker(Worker):
+    """Decode, dead-letter, assign and forward frames (see the module docstring)."""
+
+    def __init__(self, settings: Settings, source: Source, sink: Sink, *,
+                 models: ModelFollower, metrics: WorkerMetrics | None = None,
+                 exit_when_idle: bool = False,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(settings, source, sink, metrics=metrics,
+                         exit_when_idle=exit_when_idle, sleep=sleep)
+        self.models = models
+        self.frames_topic = settings.topics.frames
+        self.metrics.role.info({"role": "ingest"})
+
+    # ------------------------------------------------------------------ state
+    def restore(self) -> None:
+        """No state to restore: compile the routing kernels and read the models topic."""
+        _log.info("compiled kernels ready", extra={"seconds": round(warm_up(), 3)})
+        self.publisher.worker_id = resolve_worker_id(
+            self.settings.worker.id or self.settings.kafka.group_instance_id,
+            self.settings.checkpoint.dir)
+        self._retrying(self.models.catch_up)
+        self._observe_model()
+        self.restored = True
+
+    def _on_assign(self, tps: list[TopicPartition]) -> None:
+        """Resume from the group's committed offsets (nothing to seek: no state)."""
+        with self._lock:
+            self.blocks.drop(tps)
+            for tp in tps:
+                self.offsets.pop(tp, None)
+        _log.info("partitions assigned", extra={"partitions": [f"{t}[{p}]" for t, p in tps]})
+
+    def _on_revoke(self, tps: list[TopicPartition]) -> None:
+        super()._on_revoke(tps)
+        with self._lock:
+            for tp in tps:
+                self.offsets.pop(tp, None)
+
+    def _follow_models(self) -> None:
+        """Switch to a newer published model if one arrived (an outage only delays it)."""
+        try:
+            changed = self.models.update(0.0)
+        except TransportError as exc:
+            _log.debug("models topic not readable now", extra={"error": str(exc)})
+            return
+        if changed:
+            self._observe_model()
+
+    def _observe_model(self) -> None:
+        epoch, version = self.models.current
+        self.metrics.model_epoch.set(max(epoch, 0))
+        self.metrics.model_version.set(max(version, 0))
+
+    # ------------------------------------------------------------------ one batch
+    def process_batch(self, records: list[Record]) -> bool:
+        t0 = time.perf_counter()
+        self._follow_models()
+        result = BatchResult(records=len(records))
+        frames: dict[TopicPartition, tuple[list[int], list[float], list[Any]]] = {}
+        for block in self.blocks.split(records):
+            decoded = self.decoder.decode_many([r.value for r in block])
+            events: list[Event] = []
+            for rec, item in zip(block, decoded, strict=True):
+                if rec.unreadable is not None:
+                    item = Rejection(UNREADABLE, rec.unreadable)
+                if isinstance(item, Rejection):
+                    self._dead_letter(rec, item)
+                    result.rejected[item.reason] = result.rejected.get(item.reason, 0) + 1
+                    continue
+                events.append(item)
+                offsets, ts, features = frames.setdefault((rec.topic, rec.partition),
+                                                          ([], [], []))
+                offsets.append(rec.offset)
+                ts.append(item.ts)
+                features.append(item.features())
+            if events:
+                self._assign(events, result)
+        self._produce_frames(records, frames)
+        if not self._flush():
+            return False
+        self._advance(records, result)
+        self.metrics.batch_duration.observe(time.perf_counter() - t0)
+        self._maybe_checkpoint(result)
+        self._update_lag(force=False)
+        self.batches += 1
+        return True
+
+    def _assign(self, events: list[Event], result: BatchResult) -> None:
+        """Route with the followed model and produce one assignment per event."""
+        models = self.models
+        if models.vocabulary is None:
+            routing = root_routing(len(events))
+        else:
+            routing = models.assign(events_matrix(models.vocabulary, events,
+                                                  binary=self._binary))
+        version_header = [("model_version", str(int(routing.model_version)).encode())]
+        produce, topic = self.sink.produce, self.topics.assignments
+        for event, value in zip(events, assignment_values(events, routing), strict=True):
+            produce(topic, event.key.encode(), value, version_header)
+        result.processed += len(events)
+        result.model_version = int(routing.model_version)
+
+    def _produce_frames(self, records: list[Record],
+                        frames: dict[TopicPartition, tuple[list[int], list[float], list[Any]]]
+                        ) -> None:
+        """One frame per input partition of the batch, covering every record read from it
+        (dead-lettered ones too, so a partition's frames tile its log)."""
+        ranges: dict[TopicPartition, list[int]] = {}
+        for rec in records:
+            span = ranges.setdefault((rec.topic, rec.partition), [rec.offset, rec.offset + 1])
+            span[1] = rec.offset + 1
+        for (topic, partition), (start, end) in sorted(ranges.items()):
+            offsets, ts, features = frames.get((topic, partition), ([], [], []))
+            value = encode_frame(topic, partition, start, end, offsets, ts, features)
+            self.sink.produce(self.frames_topic, f"{topic}/{partition}".encode(), value,
+                              [("content-type", FRAME_CONTENT_TYPE)])
+        self.metrics.frames_produced.inc(len(ranges))
+
+    # ------------------------------------------------------------------ loop hooks
+    def checkpoint(self) -> bool:
+        """No state: commit the input offsets whose outputs were acknowledged."""
+        with self._lock:
+            offsets = dict(self.offsets)
+        if offsets:
+            try:
+                self.source.commit(offsets)
+            except Exception as exc:  # advisory: the next commit carries them again
+                _log.warning("commit failed; will commit again", extra={"error": repr(exc)})
+        self.checkpoints.written()
+        self.metrics.last_checkpoint.set(time.time())  # the position is durable up to here
+        self.last_checkpoint_offsets = offsets
+        return True
+
+    def _checkpoint_due_at_shutdown(self) -> bool:
+        return True  # commit what was acknowledged
+
+    def _idle(self) -> bool:
+        self._follow_models()
+        self._maybe_checkpoint()
+        self._update_lag(force=True)
+        return True
+
+    def _maybe_publish_model(self, *, force: bool = False) -> None:
+        return None  # the learner publishes the model
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready when partitions are assigned and the broker answers (a model is not needed:
+        before the learner publishes one, events go to the root leaf)."""
+        assigned = bool(self.source.assignment())
+        broker = self.broker.ok
+        ok = assigned and self.restored and broker
+        self.metrics.ready.set(1 if ok else 0)
+        return ok, {"role": "ingest", "assigned": assigned, "restored": self.restored,
+                    "broker": broker, "model": list(self.models.current)}
+
+    def _close(self) -> None:
+        super()._close()
+        self.models.reader.close()
+
+    def shutdown(self) -> int:
+        """Flush, commit and close (no state to write)."""
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
+        if not self._flush():
+            return self._abort()
+        self.checkpoint()
+        self._close()
+        _log.info("stopped", extra={"processed": self.counters["processed"]})
+        return 0

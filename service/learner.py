@@ -1,0 +1,302 @@
+"""The learner role of the scale-out (design §6): the single writer of the model.
+
+Learners form the consumer group ``<kafka.group_id>.learner`` on the one-partition frames
+topic; Kafka's assignment of that partition is the election — the learner that holds it is
+active, the others stand by. No consensus of our own.
+
+**Take-over** (on gaining the partition, in the loop thread): read the newest valid checkpoint
+from the learner-state topic (:class:`~service.state_topic.TopicCheckpointStore`) — sums,
+tree, vocabulary, the per-input-partition watermarks and the frames offset, one consistent
+set — read the models topic to its end, start a new fencing epoch above every epoch seen on
+either topic, number the model above every version published so far, seek the frames
+partition to the checkpoint's frames offset (offset 0 when there is no checkpoint) and publish
+the restored model under the new epoch.
+
+**Exactly-once learning.** Each frame covers ``[start, end)`` of one input partition; the
+watermark of that partition is the ``end`` of the last frame learned, and only events at or
+past it are learned (:meth:`~service.frames.Frame.since`). Watermarks and the frames offset
+are checkpointed with the sums they belong to, so a replay after a take-over (the frames since
+the checkpoint) and frames produced twice by ingest workers are each learned once.
+
+**Fencing.** A learner that loses the partition stops at once (its state is dropped; it
+neither publishes nor checkpoints again); models and checkpoints carry the epoch, and ingest
+workers (:class:`~service.model_follower.ModelFollower`) and the next take-over ignore those
+of older epochs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from service.checkpoint import NoValidCheckpointError
+from service.config import Settings
+from service.events import Rejection
+from service.frames import Frame, FrameError, decode_frame
+from service.metrics import WorkerMetrics
+from service.model_follower import ModelFollower
+from service.startup import offset_labels, resolve_worker_id, restored_counters
+from service.state_topic import TopicCheckpointStore
+from service.transport import Record, Sink, Source, TopicPartition
+from service.worker import EXIT_CANNOT_START, BatchResult, Worker
+from streammom import StreamingHierarchy, warm_up
+
+__all__ = ["BAD_FRAME", "LearnerWorker"]
+
+_log = logging.getLogger("streammom.learner")
+#: Dead-letter reason of a frames-topic message that is not a valid frame.
+BAD_FRAME = "bad_frame"
+
+
+class LearnerWorker(Worker):
+    """Learn the frames topic as the single writer of the model (see the module docstring).
+
+    ``source`` consumes the frames topic in the learners' group; ``state`` keeps the
+    checkpoints in the learner-state topic; ``models`` follows the models topic (to fence).
+    """
+
+    def __init__(self, settings: Settings, source: Source, sink: Sink, *,
+                 state: TopicCheckpointStore, models: ModelFollower,
+                 metrics: WorkerMetrics | None = None,
+                 engine_factory: Callable[[], StreamingHierarchy] | None = None,
+                 exit_when_idle: bool = False,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(settings, source, sink, metrics=metrics, engine_factory=engine_factory,
+                         exit_when_idle=exit_when_idle, sleep=sleep)
+        self.store = state  # type: ignore[assignment]  # same save/load/directory port
+        self.models = models
+        self.publisher.per_worker = False  # one model: the bare <model.name> key
+        self.frames_partition: TopicPartition = (settings.topics.frames, 0)
+        self.active = False
+        self._gained = threading.Event()  # set on the IO thread, handled by the loop
+        self.metrics.role.info({"role": "learner"})
+        self.metrics.learner_active.set(0)
+
+    # ------------------------------------------------------------------ state
+    def restore(self) -> None:
+        """Start as a standby: kernels compiled, worker id resolved, no state until elected."""
+        _log.info("compiled kernels ready", extra={"seconds": round(warm_up(), 3)})
+        self.publisher.worker_id = resolve_worker_id(
+            self.settings.worker.id or self.settings.kafka.group_instance_id,
+            self.settings.checkpoint.dir)
+        self.restored = True
+
+    def _on_assign(self, tps: list[TopicPartition]) -> None:
+        with self._lock:
+            self.blocks.drop(tps)
+        if self.frames_partition in tps:
+            self._gained.set()
+        _log.info("frames partition assigned" if self.frames_partition in tps
+                  else "partitions assigned", extra={"partitions": [f"{t}[{p}]" for t, p in tps]})
+
+    def _on_revoke(self, tps: list[TopicPartition]) -> None:
+        with self._lock:
+            self.blocks.drop(tps)
+        if self.frames_partition in tps and self.active:
+            self.active = False  # fenced from now on: no publish, no checkpoint
+            self.metrics.learner_active.set(0)
+            if self._stop_requested_at is None:
+                _log.warning("frames partition revoked: standing by (the next active "
+                             "learner resumes from the last checkpoint)")
+
+    def take_over(self) -> None:
+        """Become the active learner (see the module docstring)."""
+        self._gained.clear()
+        self.active = False
+        self._engine = None
+        ckpt = self.store.load()
+        self.models.catch_up()
+        if ckpt is not None:
+            engine = ckpt.engine()
+            offsets = dict(ckpt.offsets)
+            counters = restored_counters(ckpt.counters)
+        else:
+            engine, offsets = self.engine_factory(), {}
+            counters = {"processed": 0, "rejected": {}, "assignments": 0}
+        epoch = max(self.store.max_epoch, self.models.max_epoch,
+                    int(counters.get("model_epoch", 0))) + 1
+        self.store.epoch, self.store.seq = epoch, 0
+        counters["model_epoch"] = epoch
+        engine.raise_version(self.models.max_version + 1)
+        frames_offset = offsets.get(self.frames_partition, 0)
+        with self._lock:
+            self._engine, self.offsets, self.counters = engine, offsets, counters
+            self.last_checkpoint_offsets = dict(offsets)
+        self.source.seek({self.frames_partition: frames_offset})
+        self.publisher.published_version = None
+        self._last_refit_marker = self._refit_marker()
+        self.active = not self._gained.is_set() and self.frames_partition in \
+            self.source.assignment()
+        if not self.active:  # lost or re-gained meanwhile: the next iteration starts again
+            return
+        self.metrics.learner_active.set(1)
+        self.metrics.model_epoch.set(epoch)
+        self.metrics.state_events.set(counters["processed"])
+        self.metrics.observe_vocabulary(engine.vocabulary)
+        if engine.model_ is not None:
+            self.metrics.observe_model(engine)
+            self._maybe_publish_model(force=True)
+        _log.info("active learner", extra={
+            "model_epoch": epoch, "model_version": int(engine.model_version_),
+            "frames_offset": frames_offset, "restored": ckpt is not None,
+            "watermarks": offset_labels({tp: o for tp, o in offsets.items()
+                                         if tp != self.frames_partition})})
+
+    def _maybe_take_over(self) -> bool:
+        """Take over if the frames partition was gained; False if the state cannot be
+        restored (no valid checkpoint: the process exits 2, like ``run``)."""
+        if not self._gained.is_set():
+            return True
+        try:
+            self._retrying(self.take_over)
+        except NoValidCheckpointError as exc:
+            _log.error("cannot take over: the learner state cannot be restored safely",
+                       extra={"error": str(exc)})
+            return False
+        return True
+
+    # ------------------------------------------------------------------ one batch
+    def process_batch(self, records: list[Record]) -> bool:
+        """Learn the new events of a batch of frames once (watermarks), publish, checkpoint."""
+        if self._gained.is_set():
+            if not self._maybe_take_over():
+                raise SystemExit(EXIT_CANNOT_START)
+            return True  # polled before the take-over's seek: read again from the checkpoint
+        if not self.active:
+            return True  # polled after losing the partition
+        t0 = time.perf_counter()
+        result = BatchResult(records=len(records))
+        rows: list[sp.csr_array] = []
+        times: list[np.ndarray] = []
+        for rec in records:
+            frame = self._frame(rec, result)
+            if frame is None:
+                continue
+            learned = self._frame_rows(rec, frame, result)
+            if learned is not None:
+                rows.append(learned[0])
+                times.append(learned[1])
+        if rows:
+            width = max(r.shape[1] for r in rows)  # a growing vocabulary widens later frames
+            for r in rows:
+                r.resize((r.shape[0], width))
+            X = sp.vstack(rows, format="csr") if len(rows) > 1 else rows[0]
+            self.engine.learn(X, timestamps=np.concatenate(times))
+            self.metrics.observe_vocabulary(self.engine.vocabulary, X)
+            result.processed = X.shape[0]
+            self._note_refit(result)
+        self.metrics.frames_consumed.inc(len(records))
+        if self.engine.model_ is not None:
+            self._maybe_publish_model()
+        if not self._flush():
+            return False
+        self._advance_frames(records, result)
+        self.metrics.batch_duration.observe(time.perf_counter() - t0)
+        self._maybe_checkpoint(result)
+        self._update_lag(force=False)
+        self.batches += 1
+        return True
+
+    def _frame(self, rec: Record, result: BatchResult) -> Frame | None:
+        """The frame of ``rec``, or None after dead-lettering a bad one."""
+        try:
+            if rec.unreadable is not None:
+                raise FrameError(rec.unreadable)
+            return decode_frame(rec.value)
+        except FrameError as exc:
+            self._reject_frame(rec, str(exc), result)
+            return None
+
+    def _reject_frame(self, rec: Record, why: str, result: BatchResult) -> None:
+        _log.error("invalid frame dead-lettered", extra={"offset": rec.offset, "error": why})
+        self._dead_letter(rec, Rejection(BAD_FRAME, why[:512]))
+        result.rejected[BAD_FRAME] = result.rejected.get(BAD_FRAME, 0) + 1
+
+    def _frame_rows(self, rec: Record, frame: Frame, result: BatchResult
+                    ) -> tuple[sp.csr_array, np.ndarray] | None:
+        """The rows and times of the frame's events past the watermark (advancing it), or
+        None."""
+        source = frame.source
+        watermark = self.offsets.get(source)
+        if watermark is not None and frame.start > watermark:
+            self.metrics.frame_gaps.inc()
+            _log.error("frame starts past its input partition's watermark: input records were "
+                       "lost before ingest read them", extra={
+                           "partition": f"{source[0]}[{source[1]}]", "watermark": watermark,
+                           "frame_start": frame.start})
+        new = frame if watermark is None else frame.since(watermark)
+        skipped = len(frame.offsets) - len(new.offsets)
+        if skipped:
+            self.metrics.frame_events_skipped.inc(skipped)
+        if watermark is not None and frame.end <= watermark:
+            return None
+        try:
+            X = self.engine.vocabulary.transform(new.features, binary=self._binary)
+        except (TypeError, ValueError) as exc:
+            self._reject_frame(rec, f"frame features: {exc}", result)
+            return None
+        with self._lock:
+            self.offsets[source] = frame.end
+        return X, new.ts
+
+    def _advance_frames(self, records: list[Record], result: BatchResult) -> None:
+        """The frames offset (next frame to read) and the counters of the batch."""
+        if records:
+            with self._lock:
+                self.offsets[self.frames_partition] = records[-1].offset + 1
+        c = self.counters
+        c["processed"] += result.processed
+        for reason, n in result.rejected.items():
+            c["rejected"][reason] = c["rejected"].get(reason, 0) + n
+            self.metrics.events_rejected.labels(reason=reason).inc(n)
+        self.metrics.events_processed.inc(result.processed)
+        self.metrics.state_events.set(c["processed"])
+        self.checkpoints.add_records(result.processed)
+
+    # ------------------------------------------------------------------ loop hooks
+    def _idle(self) -> bool:
+        if not self._maybe_take_over():
+            raise SystemExit(EXIT_CANNOT_START)
+        if not self.active:
+            self._update_lag(force=True)
+            return True
+        return super()._idle()
+
+    def _maybe_publish_model(self, *, force: bool = False) -> None:
+        if self.active and self._engine is not None and self._engine.model_ is not None:
+            super()._maybe_publish_model(force=force)
+
+    def checkpoint(self) -> bool:
+        if not self.active:
+            return False
+        return super().checkpoint()
+
+    def _checkpoint_due_at_shutdown(self) -> bool:
+        return self.checkpoints.pending or self.store.seq == 0
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready when restored and the broker answers; an active learner also needs its last
+        checkpoint write to have succeeded. A standby is ready (it is healthy, waiting)."""
+        broker, checkpoint = self.broker.ok, self.checkpoints.ok
+        ok = self.restored and broker and (checkpoint or not self.active)
+        self.metrics.ready.set(1 if ok else 0)
+        return ok, {"role": "learner", "active": self.active, "restored": self.restored,
+                    "broker": broker, "checkpoint": checkpoint}
+
+    def _close(self) -> None:
+        super()._close()
+        self.models.reader.close()
+
+    def shutdown(self) -> int:
+        """An active learner publishes and checkpoints before closing; a standby just closes."""
+        if self.active:
+            return super().shutdown()
+        self._close()
+        _log.info("stopped (standby)")
+        return 0
