@@ -1,7 +1,7 @@
 """Scale-out roles on the in-memory transport: frames, ingest workers, the learner, take-over.
 
 The same checks on a real broker, with processes killed, are in
-``tests/integration/test_scale_out.py``.
+``tests/integration/test_daemon_scale_out.py``.
 """
 
 from __future__ import annotations
