@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from service.aligned_blocks import AlignedBlocks
 from service.checkpoint import NoValidCheckpointError
 from service.config import Settings
 from service.events import Rejection
@@ -47,11 +48,14 @@ from service.transport import Record, Sink, Source, TopicPartition
 from service.worker import EXIT_CANNOT_START, BatchResult, Worker
 from streammom import StreamingHierarchy, warm_up
 
-__all__ = ["BAD_FRAME", "LearnerWorker"]
+__all__ = ["BAD_FRAME", "FRAMES_PER_BLOCK", "LearnerWorker"]
 
 _log = logging.getLogger("streammom.learner")
 #: Dead-letter reason of a frames-topic message that is not a valid frame.
 BAD_FRAME = "bad_frame"
+#: Frames a poll returns at most, and the offset-aligned blocks of the frames topic the
+#: learner processes (a frame holds up to ``worker.batch_max_records`` events).
+FRAMES_PER_BLOCK = 16
 
 
 class LearnerWorker(Worker):
@@ -73,6 +77,8 @@ class LearnerWorker(Worker):
         self.models = models
         self.publisher.per_worker = False  # one model: the bare <model.name> key
         self.frames_partition: TopicPartition = (settings.topics.frames, 0)
+        self.blocks = AlignedBlocks(FRAMES_PER_BLOCK)
+        self.poll_max_records = FRAMES_PER_BLOCK
         self.active = False
         self._gained = threading.Event()  # set on the IO thread, handled by the loop
         self.metrics.role.info({"role": "learner"})
@@ -172,25 +178,17 @@ class LearnerWorker(Worker):
             return True  # polled after losing the partition
         t0 = time.perf_counter()
         result = BatchResult(records=len(records))
-        rows: list[sp.csr_array] = []
-        times: list[np.ndarray] = []
-        for rec in records:
-            frame = self._frame(rec, result)
-            if frame is None:
-                continue
-            learned = self._frame_rows(rec, frame, result)
-            if learned is not None:
-                rows.append(learned[0])
-                times.append(learned[1])
-        if rows:
-            width = max(r.shape[1] for r in rows)  # a growing vocabulary widens later frames
-            for r in rows:
-                r.resize((r.shape[0], width))
-            X = sp.vstack(rows, format="csr") if len(rows) > 1 else rows[0]
-            self.engine.learn(X, timestamps=np.concatenate(times))
-            self.metrics.observe_vocabulary(self.engine.vocabulary, X)
-            result.processed = X.shape[0]
-            self._note_refit(result)
+        for block in self.blocks.split(records):
+            rows: list[sp.csr_array] = []
+            times: list[np.ndarray] = []
+            for rec in block:
+                frame = self._frame(rec, result)
+                learned = None if frame is None else self._frame_rows(rec, frame, result)
+                if learned is not None:
+                    rows.append(learned[0])
+                    times.append(learned[1])
+            if rows:
+                self._learn(rows, times, result)
         self.metrics.frames_consumed.inc(len(records))
         if self.engine.model_ is not None:
             self._maybe_publish_model()
@@ -202,6 +200,22 @@ class LearnerWorker(Worker):
         self._update_lag(force=False)
         self.batches += 1
         return True
+
+    def _learn(self, rows: list[sp.csr_array], times: list[np.ndarray],
+               result: BatchResult) -> None:
+        """Learn a block's new events in engine calls of at most ``batch_max_records`` rows
+        (the one-process worker's call size, so refits come at the same pace)."""
+        width = max(r.shape[1] for r in rows)  # a growing vocabulary widens later frames
+        for r in rows:
+            r.resize((r.shape[0], width))
+        X = sp.vstack(rows, format="csr") if len(rows) > 1 else rows[0]
+        ts = np.concatenate(times)
+        step = self.settings.worker.batch_max_records
+        for a in range(0, X.shape[0], step):
+            self.engine.learn(X[a:a + step], timestamps=ts[a:a + step])
+            self._note_refit(result)
+        self.metrics.observe_vocabulary(self.engine.vocabulary, X)
+        result.processed += X.shape[0]
 
     def _frame(self, rec: Record, result: BatchResult) -> Frame | None:
         """The frame of ``rec``, or None after dead-lettering a bad one."""

@@ -121,6 +121,7 @@ class Worker:
         self.refits = 0
         self.last_checkpoint_offsets: dict[TopicPartition, int] = {}
         self.blocks = AlignedBlocks(settings.worker.batch_max_records)
+        self.poll_max_records = settings.worker.batch_max_records  # records a poll may return
         self._binary = settings.model.family == "bernoulli"
         # the largest value + headers one produced message may carry (models, dead letters)
         self._max_message_bytes = settings.kafka.max_request_size - MESSAGE_OVERHEAD_BYTES
@@ -316,7 +317,7 @@ class Worker:
         while not self.stop_event.is_set():
             self._beat()
             try:
-                records = self.source.poll(w.batch_max_records, w.poll_timeout_s)
+                records = self.source.poll(self.poll_max_records, w.poll_timeout_s)
             except TransportError as exc:
                 self.broker.report(False, exc)
                 self._backoff_sleep(backoff)
