@@ -147,6 +147,43 @@ class Vocabulary:
         """
         if isinstance(events, str | bytes | Mapping):
             raise TypeError("events must be a sequence of events (token lists or count dicts)")
+        if not isinstance(events, Sequence):
+            events = list(events)
+        if all(type(e) is list for e in events):
+            fast = self._transform_lists(events, binary=binary)
+            if fast is not None:
+                return fast
+        return self._transform_general(events, binary=binary)
+
+    def _transform_lists(self, events: Sequence[list[Any]], *, binary: bool
+                         ) -> sp.csr_array | None:
+        """:meth:`transform` of token lists, vectorised: one dict lookup per token occurrence
+        (a list comprehension), new tokens numbered in order of first appearance, rows built
+        by one sort of ``row · d + column`` keys (duplicates counted). None when a token is
+        not hashable (the general path then raises the error it names)."""
+        flat: list[Any] = []
+        for event in events:
+            flat.extend(event)
+        get = self._index.get
+        try:
+            cols = np.fromiter([get(t, -1) for t in flat], dtype=np.int64, count=len(flat))
+        except TypeError:
+            return None
+        for i in np.flatnonzero(cols < 0).tolist():  # unseen: check, grow in stream order
+            cols[i] = self._lookup(flat[i])
+        n, d = len(events), self.n_features
+        rows = np.repeat(np.arange(n, dtype=np.int64),
+                         np.fromiter(map(len, events), dtype=np.int64, count=n))
+        known = cols >= 0
+        self.oov_count += int(cols.size - np.count_nonzero(known))
+        keys, mult = np.unique(rows[known] * d + cols[known], return_counts=True)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys // d, minlength=n), out=indptr[1:])
+        data = np.ones(keys.size) if binary else mult.astype(np.float64)
+        return sp.csr_array((data, (keys % d).astype(np.int32), indptr), shape=(n, d))
+
+    def _transform_general(self, events: Sequence[Any], *, binary: bool) -> sp.csr_array:
+        """:meth:`transform` of any events (count dicts, tuples, …), one token at a time."""
         indptr = [0]
         cols: list[int] = []
         vals: list[float] = []

@@ -122,3 +122,43 @@ def test_constructor_validation(kwargs: dict, exc: type[Exception]) -> None:
 def test_transform_validation(events: object, exc: type[Exception]) -> None:
     with pytest.raises(exc):
         Vocabulary(capacity=4).transform(events)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("capacity, growing", [(4096, True), (7, True), (None, False)])
+def test_list_fast_path_equals_the_general_path(binary: bool, capacity: int | None,
+                                                growing: bool) -> None:
+    """Token lists take the vectorised path; it numbers, counts, drops and reports exactly as
+    the one-token-at-a-time path (repeats, unseen tokens, a full or fixed vocabulary)."""
+    rng = np.random.default_rng(5)
+    pool = [f"t{i}" for i in range(40)]
+    events = [[pool[j] for j in rng.integers(0, 40, size=rng.integers(0, 9))]
+              for _ in range(300)]
+    seed_tokens = pool[:5] if not growing else None
+
+    def make() -> Vocabulary:
+        if growing:
+            return Vocabulary(capacity=capacity)
+        return Vocabulary(seed_tokens)
+
+    fast, general = make(), make()
+    a = fast.transform(events[:150], binary=binary)
+    b = general._transform_general(events[:150], binary=binary)
+    a2 = fast.transform(events[150:], binary=binary)
+    b2 = general._transform_general(events[150:], binary=binary)
+    for x, y in ((a, b), (a2, b2)):
+        assert x.shape == y.shape
+        assert np.array_equal(x.indptr, y.indptr) and np.array_equal(x.indices, y.indices)
+        assert np.array_equal(x.data, y.data)
+        assert x.indices.dtype == y.indices.dtype and x.indptr.dtype == y.indptr.dtype
+    assert fast.feature_names == general.feature_names
+    assert fast.oov_count == general.oov_count
+    if capacity == 7 or not growing:
+        assert fast.oov_count > 0  # the drop path was exercised
+
+
+def test_list_fast_path_refuses_bad_tokens_like_the_general_path() -> None:
+    for bad, error in (([["a", 3]], TypeError), ([["a", ""]], ValueError),
+                       ([["a", ["nested"]]], TypeError)):
+        with pytest.raises(error):
+            Vocabulary(capacity=8).transform(bad)
