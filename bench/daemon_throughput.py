@@ -43,7 +43,8 @@ def _topics(bootstrap: str, names: list[str], partitions: int) -> None:
         admin.close()
 
 
-def _produce(bootstrap: str, topic: str, n: int) -> None:
+def produce_events(bootstrap: str, topic: str, n: int) -> None:
+    """Produce ``n`` synthetic encounter events (seed 7) to ``topic`` and flush."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024,
                              compression_type="gzip")
     for key, value in sample_messages(n, seed=7):
@@ -133,7 +134,7 @@ def main() -> None:
     try:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         _topics(bootstrap, [topic], args.partitions)
-        _produce(bootstrap, topic, args.events)
+        produce_events(bootstrap, topic, args.events)
         bare = run_bare(bootstrap, topic, args.events, args.batch)
         daemon = run_daemon(bootstrap, topic, args.events, args.batch)
     finally:

@@ -32,13 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kafka import KafkaAdminClient, KafkaProducer
+from daemon_throughput import produce_events
+from kafka import KafkaAdminClient
 
-from service.commands.produce import sample_messages
-from service.commands.run import _role_worker
+from service.commands.run import role_source, role_worker
 from service.config import Settings, load_settings
 from service.kafka_sink import KafkaSink
-from service.kafka_source import KafkaSource
 from service.metrics import WorkerMetrics
 from service.worker import Worker
 
@@ -51,15 +50,6 @@ def _topics(bootstrap: str, spec: dict[str, tuple[int, bool]]) -> None:
                              for n, (p, c) in spec.items()}, wait_for_metadata=True)
     finally:
         admin.close()
-
-
-def _produce(bootstrap: str, topic: str, n: int) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024,
-                             compression_type="gzip")
-    for key, value in sample_messages(n, seed=7):
-        producer.send(topic, key=key, value=value)
-    producer.flush(300)
-    producer.close()
 
 
 def _settings(bootstrap: str, prefix: str, role: str, tmp: str) -> Settings:
@@ -96,15 +86,8 @@ def _drive(worker: Worker, done: Callable[[], bool], started: Callable[[], bool]
 
 
 def _worker(settings: Settings) -> Worker:
-    kafka, topics = settings.kafka, settings.topics
-    if settings.worker.role == "learner":
-        learners = kafka.model_copy(update={"group_id": f"{kafka.group_id}.learner"})
-        source = KafkaSource(learners, topics.frames,
-                             max_poll_records=settings.worker.batch_max_records)
-    else:
-        source = KafkaSource(kafka, topics.input,
-                             max_poll_records=settings.worker.batch_max_records)
-    return _role_worker(settings, source, KafkaSink(kafka), WorkerMetrics(), embedded=False)
+    return role_worker(settings, role_source(settings), KafkaSink(settings.kafka),
+                       WorkerMetrics(), embedded=False)
 
 
 def main() -> None:
@@ -127,7 +110,7 @@ def main() -> None:
                             f"{prefix}.assignments": (args.partitions, False),
                             f"{prefix}.dlq": (1, False), f"{prefix}.frames": (1, False),
                             f"{prefix}.models": (1, True), f"{prefix}.state": (1, True)})
-        _produce(bootstrap, f"{prefix}.events", n)
+        produce_events(bootstrap, f"{prefix}.events", n)
         with tempfile.TemporaryDirectory() as tmp:
             ingest = _worker(_settings(bootstrap, prefix, "ingest", tmp))
             t_ingest = _drive(ingest, lambda: ingest.counters["processed"] >= n,

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from service.config import Settings
-from service.events import UNREADABLE, Event, Rejection
+from service.events import Event
 from service.frames import FRAME_CONTENT_TYPE, encode_frame
 from service.metrics import WorkerMetrics
 from service.model_follower import ModelFollower, root_routing
@@ -100,38 +100,23 @@ class IngestWorker(Worker):
         result = BatchResult(records=len(records))
         frames: dict[TopicPartition, tuple[list[int], list[float], list[Any]]] = {}
         for block in self.blocks.split(records):
-            decoded = self.decoder.decode_many([r.value for r in block])
-            events: list[Event] = []
-            for rec, item in zip(block, decoded, strict=True):
-                if rec.unreadable is not None:
-                    item = Rejection(UNREADABLE, rec.unreadable)
-                if isinstance(item, Rejection):
-                    self._dead_letter(rec, item)
-                    result.rejected[item.reason] = result.rejected.get(item.reason, 0) + 1
-                    continue
-                events.append(item)
+            valid = self._valid_events(block, result)
+            for rec, event in valid:
                 offsets, ts, features = frames.setdefault((rec.topic, rec.partition),
                                                           ([], [], []))
                 offsets.append(rec.offset)
-                ts.append(item.ts)
-                features.append(item.features())
-            if events:
-                self._assign(events, result)
+                ts.append(event.ts)
+                features.append(event.features())
+            if valid:
+                self._assign([event for _, event in valid], result)
         self._produce_frames(records, frames)
-        if not self._flush():
-            return False
-        self._advance(records, result)
-        self.metrics.batch_duration.observe(time.perf_counter() - t0)
-        self._maybe_checkpoint(result)
-        self._update_lag(force=False)
-        self.batches += 1
-        return True
+        return self._finish_batch(records, result, t0)
 
     def _assign(self, events: list[Event], result: BatchResult) -> None:
         """Route with the followed model and produce one assignment per event."""
         models = self.models
         if models.vocabulary is None:
-            routing = root_routing(len(events))
+            routing = root_routing(len(events), max(models.current[1], 0))
         else:
             routing = models.assign(events_matrix(models.vocabulary, events,
                                                   binary=self._binary))
@@ -151,12 +136,30 @@ class IngestWorker(Worker):
         for rec in records:
             span = ranges.setdefault((rec.topic, rec.partition), [rec.offset, rec.offset + 1])
             span[1] = rec.offset + 1
+        produced = 0
         for (topic, partition), (start, end) in sorted(ranges.items()):
             offsets, ts, features = frames.get((topic, partition), ([], [], []))
-            value = encode_frame(topic, partition, start, end, offsets, ts, features)
-            self.sink.produce(self.frames_topic, f"{topic}/{partition}".encode(), value,
-                              [("content-type", FRAME_CONTENT_TYPE)])
-        self.metrics.frames_produced.inc(len(ranges))
+            for value in self._frame_values(topic, partition, start, end, offsets, ts,
+                                            features):
+                self.sink.produce(self.frames_topic, f"{topic}/{partition}".encode(), value,
+                                  [("content-type", FRAME_CONTENT_TYPE)])
+                produced += 1
+        self.metrics.frames_produced.inc(produced)
+
+    def _frame_values(self, topic: str, partition: int, start: int, end: int,
+                      offsets: list[int], ts: list[float], features: list[Any]) -> list[bytes]:
+        """The frame of ``[start, end)``, cut in two at an event's offset (recursively, in
+        order) while it is larger than a produced message may be: large documents never make
+        a frame the broker refuses, and the pieces still tile the range."""
+        value = encode_frame(topic, partition, start, end, offsets, ts, features)
+        if len(value) <= self._max_message_bytes or len(offsets) < 2:
+            return [value]
+        mid = len(offsets) // 2
+        cut = offsets[mid]
+        return (self._frame_values(topic, partition, start, cut, offsets[:mid], ts[:mid],
+                                   features[:mid])
+                + self._frame_values(topic, partition, cut, end, offsets[mid:], ts[mid:],
+                                     features[mid:]))
 
     # ------------------------------------------------------------------ loop hooks
     def checkpoint(self) -> bool:

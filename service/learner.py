@@ -134,6 +134,9 @@ class LearnerWorker(Worker):
         with self._lock:
             self._engine, self.offsets, self.counters = engine, offsets, counters
             self.last_checkpoint_offsets = dict(offsets)
+            # frames polled before the seek (a partial block held back) must not be learned
+            # ahead of the frames the seek replays: their watermarks would skip those
+            self.blocks.drop([self.frames_partition])
         self.source.seek({self.frames_partition: frames_offset})
         self.publisher.published_version = None
         self._last_refit_marker = self._refit_marker()
@@ -190,16 +193,7 @@ class LearnerWorker(Worker):
             if rows:
                 self._learn(rows, times, result)
         self.metrics.frames_consumed.inc(len(records))
-        if self.engine.model_ is not None:
-            self._maybe_publish_model()
-        if not self._flush():
-            return False
-        self._advance_frames(records, result)
-        self.metrics.batch_duration.observe(time.perf_counter() - t0)
-        self._maybe_checkpoint(result)
-        self._update_lag(force=False)
-        self.batches += 1
-        return True
+        return self._finish_batch(records, result, t0)
 
     def _learn(self, rows: list[sp.csr_array], times: list[np.ndarray],
                result: BatchResult) -> None:
@@ -259,7 +253,7 @@ class LearnerWorker(Worker):
             self.offsets[source] = frame.end
         return X, new.ts
 
-    def _advance_frames(self, records: list[Record], result: BatchResult) -> None:
+    def _advance(self, records: list[Record], result: BatchResult) -> None:
         """The frames offset (next frame to read) and the counters of the batch."""
         if records:
             with self._lock:

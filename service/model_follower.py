@@ -27,11 +27,11 @@ __all__ = ["ModelFollower", "root_routing"]
 _log = logging.getLogger("streammom.ingest")
 
 
-def root_routing(n: int) -> Routing:
-    """The routing of ``n`` rows before any model exists: every row in the root leaf 0,
-    version 0 (what the one-process worker assigns before its first refit)."""
+def root_routing(n: int, version: int = 0) -> Routing:
+    """The routing of ``n`` rows before a model names its features: every row in the root
+    leaf 0 (what the one-process worker assigns before its first refit)."""
     return Routing(np.zeros(n, dtype=np.int64), np.zeros((n, 1), dtype=np.int64),
-                   np.zeros((n, 0)), 0)
+                   np.zeros((n, 0)), version)
 
 
 def _header_int(rec: Record, name: str) -> int | None:
@@ -79,7 +79,9 @@ class ModelFollower:
         (epoch, version), rec = best
         try:
             model = HierarchyModel.from_bytes(rec.value or b"")
-            vocab, route = model_assigner(model)
+            # a model published before any event was learned names no feature: root routing
+            vocab, route = (model_assigner(model) if any(model.feature_names or ())
+                            else (None, None))
         except Exception as exc:  # a bad archive must not stop routing with the current one
             self.rejected += 1
             _log.error("model message not usable; keeping the current model",
@@ -101,5 +103,8 @@ class ModelFollower:
                 return
 
     def assign(self, rows: sp.csr_array) -> Routing:
-        """Route ``rows`` (of :attr:`vocabulary`) with the model in use (root before one)."""
-        return root_routing(rows.shape[0]) if self.route is None else self.route(rows)
+        """Route ``rows`` (of :attr:`vocabulary`) with the model in use (the root leaf before
+        one that names its features)."""
+        if self.route is None:
+            return root_routing(rows.shape[0], max(self.current[1], 0))
+        return self.route(rows)

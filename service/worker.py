@@ -368,18 +368,30 @@ class Worker:
         t0 = time.perf_counter()
         result = BatchResult(records=len(records))
         for block in self.blocks.split(records):
-            decoded = self.decoder.decode_many([r.value for r in block])
-            events: list[Event] = []
-            for rec, item in zip(block, decoded, strict=True):
-                if rec.unreadable is not None:
-                    item = Rejection(UNREADABLE, rec.unreadable)
-                if isinstance(item, Rejection):
-                    self._dead_letter(rec, item)
-                    result.rejected[item.reason] = result.rejected.get(item.reason, 0) + 1
-                else:
-                    events.append(item)
+            events = [event for _, event in self._valid_events(block, result)]
             if events:
                 self._learn_and_assign(events, result)
+        return self._finish_batch(records, result, t0)
+
+    def _valid_events(self, block: list[Record], result: BatchResult
+                      ) -> list[tuple[Record, Event]]:
+        """Decode and validate a block: the valid events with their records; every other
+        record is dead-lettered and counted in ``result.rejected``."""
+        decoded = self.decoder.decode_many([r.value for r in block])
+        valid: list[tuple[Record, Event]] = []
+        for rec, item in zip(block, decoded, strict=True):
+            if rec.unreadable is not None:
+                item = Rejection(UNREADABLE, rec.unreadable)
+            if isinstance(item, Rejection):
+                self._dead_letter(rec, item)
+                result.rejected[item.reason] = result.rejected.get(item.reason, 0) + 1
+            else:
+                valid.append((rec, item))
+        return valid
+
+    def _finish_batch(self, records: list[Record], result: BatchResult, t0: float) -> bool:
+        """After a batch's outputs were produced: publish the model if due, flush (False if
+        that failed before the shutdown deadline), advance the offsets, checkpoint if due."""
         self._maybe_publish_model()
         if not self._flush():
             return False

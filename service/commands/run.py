@@ -20,7 +20,7 @@ from service.metrics import WorkerMetrics
 from service.transport import Sink, Source, TransportError
 from service.worker import EXIT_CANNOT_START, MESSAGE_OVERHEAD_BYTES, Worker
 
-__all__ = ["install_signal_handlers", "run_daemon"]
+__all__ = ["install_signal_handlers", "role_source", "role_worker", "run_daemon"]
 
 _log = logging.getLogger("streammom.run")
 
@@ -68,7 +68,6 @@ def _kafka_io(settings: Settings, worker_stop: Any) -> tuple[Source, Sink]:
     """
     from service.kafka_clients import AuthenticationError, ensure_topics, verify_connection
     from service.kafka_sink import KafkaSink
-    from service.kafka_source import KafkaSource
 
     kafka = settings.kafka
     backoff = settings.worker.backoff_initial_s
@@ -92,17 +91,22 @@ def _kafka_io(settings: Settings, worker_stop: Any) -> tuple[Source, Sink]:
                          extra={"error": str(exc)})
             worker_stop.wait(backoff)
             backoff = min(backoff * 2, settings.worker.backoff_max_s)
-    if settings.worker.role == "learner":  # the frames topic, in the learners' own group
+    return role_source(settings), KafkaSink(kafka)
+
+
+def role_source(settings: Settings) -> Source:
+    """The Kafka source of ``worker.role``: the input topic in ``kafka.group_id`` (all,
+    ingest), or the frames topic in the learners' group ``<kafka.group_id>.learner``."""
+    from service.kafka_source import KafkaSource
+
+    kafka, w = settings.kafka, settings.worker
+    if w.role == "learner":
         learners = kafka.model_copy(update={"group_id": f"{kafka.group_id}.learner"})
-        source = KafkaSource(learners, settings.topics.frames,
-                             max_poll_records=settings.worker.batch_max_records)
-    else:
-        source = KafkaSource(kafka, settings.topics.input,
-                             max_poll_records=settings.worker.batch_max_records)
-    return source, KafkaSink(kafka)
+        return KafkaSource(learners, settings.topics.frames, max_poll_records=w.batch_max_records)
+    return KafkaSource(kafka, settings.topics.input, max_poll_records=w.batch_max_records)
 
 
-def _role_worker(settings: Settings, source: Source, sink: Sink, metrics: WorkerMetrics,
+def role_worker(settings: Settings, source: Source, sink: Sink, metrics: WorkerMetrics,
                  embedded: bool) -> Worker:
     """The worker of ``worker.role``: one process (``all``), ``ingest`` or ``learner``."""
     role = settings.worker.role
@@ -221,7 +225,7 @@ def run_daemon(
                     else holder["w"].readiness(),
                 )
             source, sink = _kafka_io(settings, early)
-        worker = _role_worker(settings, source, sink, metrics, embedded)
+        worker = role_worker(settings, source, sink, metrics, embedded)
         if not embedded:
             holder["w"] = worker
         elif serve:

@@ -117,6 +117,7 @@ def test_ingest_and_learners_survive_sigkill(kafka_bootstrap: str, kafka_topic_f
         wait_until(lambda: standby.alive() is None and state_events(standby) >= N, 180,
                    message=f"the standby took over and holds {N} events")
         assert state_events(standby) == N  # each event once: restored + learned since
+        assert standby.metric("streammom_frame_gaps_total") == 0  # no frame learned out of turn
     finally:
         codes = {d.log_path.parent.name: d.stop() for d in everyone
                  if d.proc is not None and d.proc.poll() is None}

@@ -6,10 +6,12 @@ The same checks on a real broker, with processes killed, are in
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import pytest
+import scipy.sparse as sp
 from memory_harness import IN, memory_worker, small_settings
 
 from service.config import Settings
@@ -156,10 +158,12 @@ def test_standby_takes_over_from_the_state_topic(tmp_path: Path) -> None:
     broker = MemoryBroker()
     valid = _fill(broker, 3000)
     settings = _settings(tmp_path)
-    assert _ingest(settings, broker).run() == 0
+    # small ingest batches: ~60 frames, several polls of 16 (partial blocks held back)
+    assert _ingest(small_settings(tmp_path, "ingest", worker={"batch_max_records": 50}),
+                   broker).run() == 0
     first = _learner(settings, broker)
     first.restore()
-    for _ in range(8):  # a frame a batch: about half of the frames
+    for _ in range(30):  # a frame a batch: about half of the frames
         first.process_batch(first.source.poll(1, 0.0))
     assert first.active and first.store.seq >= 1  # checkpointed at least once, then "killed"
     learned_by_first = first.counters["processed"]
@@ -171,6 +175,7 @@ def test_standby_takes_over_from_the_state_topic(tmp_path: Path) -> None:
     second = _learner(settings, broker)
     assert second.run() == 0
     assert second.store.epoch == 2 and second.counters["processed"] == valid
+    assert second.metrics.frame_gaps._value.get() == 0
     assert learned_by_first < valid
     reference = MemoryBroker()
     _fill(reference, 3000)
@@ -203,3 +208,43 @@ def test_ingest_follows_the_newest_epoch_only(tmp_path: Path) -> None:
     broker.append(MODELS, b"garbage", key=b"streammom",
                   headers=[("model_epoch", b"99"), ("model_version", b"1")])
     assert follower.update() is False and follower.rejected == 1
+
+
+def test_frames_larger_than_a_message_are_cut_and_still_tile_the_log(tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    valid = _fill(broker, 1200)
+    settings = small_settings(tmp_path, model={"vocabulary_capacity": 4096},
+                              kafka={"max_request_size": 8192})  # 4 KiB a message
+    assert _ingest(settings, broker).run() == 0
+    frames = broker.records(FRAMES)
+    assert max(len(r.value) for r in frames) <= 8192 - 4096
+    by_partition: dict[int, list] = {}
+    for r in frames:
+        f = decode_frame(r.value)
+        by_partition.setdefault(f.partition, []).append(f)
+    for partition, parts in by_partition.items():  # contiguous ranges, whole log covered
+        assert parts[0].start == 0
+        assert all(a.end == b.start for a, b in itertools.pairwise(parts))
+        assert parts[-1].end == broker.end_offsets(IN)[(IN, partition)]
+    assert len(frames) > 4 * 1200 // 250  # cut: more than one frame per partition and batch
+    learner = _learner(settings, broker)
+    assert learner.run() == 0
+    assert learner.counters["processed"] == valid
+    assert learner.metrics.frame_gaps._value.get() == 0
+
+
+def test_a_model_naming_no_feature_routes_to_the_root(tmp_path: Path) -> None:
+    """A model published before the learner learned an event names no feature: ingest
+    follows it (its version stamps the assignments) and routes to the root leaf."""
+    broker = MemoryBroker()
+    settings = _settings(tmp_path)
+    # the first frame holds no valid event (its one record was dead-lettered)
+    broker.append(FRAMES, encode_frame(IN, 0, 0, 1, [], [], []))
+    assert _learner(settings, broker).run() == 0
+    [published] = [r for r in broker.records(MODELS) if r.key == b"streammom"]
+    follower = ModelFollower(MemoryReader(broker, MODELS), "streammom")
+    assert follower.update() is True and follower.rejected == 0
+    assert follower.vocabulary is None
+    routing = follower.assign(sp.csr_array((3, 5)))
+    assert routing.leaf_ids.tolist() == [0, 0, 0]
+    assert routing.model_version == int(dict(published.headers)["model_version"])
