@@ -1,0 +1,167 @@
+"""The daemon at its default settings on a realistic encounter stream (issue #14 acceptance).
+
+    .venv/bin/python bench/daemon_defaults.py [--events 200000] [--partitions 3]
+
+The stream: encounters of ~10 distinct codes drawn from 5,000 codes with Zipf weights (the top
+~1,500 codes carry 95 % of the mass), each event from one of 8 groups that favour 100 codes of
+their own (so there is structure to learn), produced to a fresh topic of 3 partitions on a local
+Apache Kafka broker (``service.devbroker.KafkaBroker``). Then, same broker, same run:
+
+1. **bare**: kafka-python consume → ``json.loads`` → produce → flush + commit per batch;
+2. **daemon**: the one-process worker (role ``all``) with the shipped defaults — only the broker,
+   the topic names and the checkpoint directory are set — until every event is processed.
+
+Prints events/s of both and their ratio (target ≥ 0.7), the longest loop stall (the longest
+time between two polls of the worker: a batch with its refits, checkpoints and flushes;
+target ≤ 1 s), the process's peak RSS (target ≤ 600 MB: the daemon runs after the bare loop,
+which holds little) and the daemon's refits, checkpoints, leaves and vocabulary fill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from daemon_throughput import run_bare
+from kafka import KafkaAdminClient, KafkaProducer
+
+from service.commands.run import role_source, role_worker
+from service.config import load_settings
+from service.kafka_sink import KafkaSink
+from service.metrics import WorkerMetrics
+
+N_CODES, N_GROUPS, FAVOURED = 5_000, 8, 100
+
+
+def zipf_weights(n: int, head: int = 1_500, mass: float = 0.95) -> np.ndarray:
+    """Zipf weights ``1/rank^s`` over ``n`` codes, ``s`` set so the top ``head`` carry ``mass``."""
+    ranks = np.arange(1, n + 1, dtype=np.float64)
+    lo, hi = 0.5, 3.0
+    for _ in range(60):  # bisection on the exponent
+        s = (lo + hi) / 2
+        w = ranks ** -s
+        if w[:head].sum() / w.sum() < mass:
+            lo = s
+        else:
+            hi = s
+    return w / w.sum()
+
+
+def encounter_stream(n: int, seed: int = 0, batch: int = 2_000) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, value)`` of ``n`` encounter events (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    codes = np.array([f"C{i:04d}" for i in range(N_CODES)])
+    base = np.log(zipf_weights(N_CODES))
+    boost = np.zeros((N_GROUPS, N_CODES))
+    for g in range(N_GROUPS):
+        boost[g, rng.choice(N_CODES, FAVOURED, replace=False)] = np.log(20.0)
+    start = 1_767_225_600.0
+    for a in range(0, n, batch):
+        m = min(batch, n - a)
+        groups = rng.integers(0, N_GROUPS, m)
+        k = np.clip(rng.poisson(10, m), 1, 30)
+        # Gumbel top-k: k distinct codes per event, drawn with the group's weights
+        keys = base + boost[groups] + rng.gumbel(size=(m, N_CODES))
+        part = np.argpartition(-keys, 30, axis=1)[:, :30]
+        order = np.argsort(-np.take_along_axis(keys, part, axis=1), axis=1)
+        top = np.take_along_axis(part, order, axis=1)
+        for i in range(m):
+            event = {"type": "encounter", "id": f"e{a + i}", "entity_id": f"p{(a + i) % 50_000}",
+                     "ts": start + a + i, "codes": codes[top[i, :k[i]]].tolist()}
+            yield event["entity_id"].encode(), json.dumps(event, separators=(",", ":")).encode()
+
+
+def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
+    run = uuid.uuid4().hex[:6]
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = load_settings(overrides={
+            "kafka": {"bootstrap_servers": bootstrap, "group_id": f"bench-defaults-{run}"},
+            "topics": {"input": topic, "assignments": f"{topic}.assign-{run}",
+                       "models": f"{topic}.models-{run}", "dead_letters": f"{topic}.dlq-{run}"},
+            "checkpoint": {"dir": tmp},
+            "http": {"enabled": False},
+        })
+        from service.kafka_clients import ensure_topics
+
+        ensure_topics(settings.kafka, settings.topics)
+        worker = role_worker(settings, role_source(settings), KafkaSink(settings.kafka),
+                             WorkerMetrics(), embedded=False)
+        worker.restore()
+        w = settings.worker
+        t0 = last = None
+        stall = 0.0
+        while worker.counters["processed"] < n:
+            records = worker.source.poll(worker.poll_max_records, w.poll_timeout_s)
+            now = time.perf_counter()
+            if last is not None and t0 is not None:
+                stall = max(stall, now - last)
+            last = now
+            ready = worker.blocks.take_ready(records, worker.source.lag)
+            if ready:
+                t0 = t0 or now
+                worker.process_batch(ready)
+            elif not records:
+                worker._idle()
+        seconds = time.perf_counter() - (t0 or time.perf_counter())
+        engine = worker.engine
+        out = {"daemon_events_per_s": n / seconds, "longest_stall_s": stall,
+               "refits": worker.refits, "leaves": int(engine.model_.n_leaves),
+               "vocabulary": len(engine.vocabulary),
+               "oov_tokens": int(engine.vocabulary.oov_count)}
+        worker.shutdown()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--bootstrap", default=None)
+    args = ap.parse_args()
+    broker = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        from service.devbroker import KafkaBroker
+
+        broker = KafkaBroker().start()
+        bootstrap = broker.bootstrap
+    try:
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.create_topics({topic: {"num_partitions": args.partitions,
+                                     "replication_factor": 1}}, wait_for_metadata=True)
+        admin.close()
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,
+                                 batch_size=512 * 1024, compression_type="gzip")
+        for key, value in encounter_stream(args.events):
+            producer.send(topic, key=key, value=value)
+        producer.flush(300)
+        producer.close()
+        bare = run_bare(bootstrap, topic, args.events, 2_000)
+        daemon = run_daemon(bootstrap, topic, args.events)
+    finally:
+        if broker is not None:
+            broker.close()
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({
+        "events": args.events, "partitions": args.partitions,
+        "bare_events_per_s": round(bare), "daemon_events_per_s": round(
+            daemon["daemon_events_per_s"]),
+        "ratio_daemon_over_bare": round(daemon["daemon_events_per_s"] / bare, 3),
+        "longest_stall_s": round(daemon["longest_stall_s"], 3), "peak_rss_mb": round(rss_mb),
+        **{k: daemon[k] for k in ("refits", "leaves", "vocabulary", "oov_tokens")}}))
+
+
+if __name__ == "__main__":
+    main()
