@@ -24,7 +24,6 @@ import json
 import resource
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon_throughput import run_bare
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka_bench import create_topics, drive, kafka_bootstrap, produce
 
 from service.commands.run import role_source, role_worker
 from service.config import load_settings
@@ -97,30 +96,12 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
         ensure_topics(settings.kafka, settings.topics)
         worker = role_worker(settings, role_source(settings), KafkaSink(settings.kafka),
                              WorkerMetrics(), embedded=False)
-        worker.restore()
-        w = settings.worker
-        t0 = last = None
-        stall = 0.0
-        while worker.counters["processed"] < n:
-            records = worker.source.poll(worker.poll_max_records, w.poll_timeout_s)
-            now = time.perf_counter()
-            if last is not None and t0 is not None:
-                stall = max(stall, now - last)
-            last = now
-            ready = worker.blocks.take_ready(records, worker.source.lag)
-            if ready:
-                t0 = t0 or now
-                worker.process_batch(ready)
-            elif not records:
-                worker._idle()
-        seconds = time.perf_counter() - (t0 or time.perf_counter())
+        seconds, stall = drive(worker, lambda: worker.counters["processed"] >= n)
         engine = worker.engine
-        out = {"daemon_events_per_s": n / seconds, "longest_stall_s": stall,
-               "refits": worker.refits, "leaves": int(engine.model_.n_leaves),
-               "vocabulary": len(engine.vocabulary),
-               "oov_tokens": int(engine.vocabulary.oov_count)}
-        worker.shutdown()
-    return out
+        return {"daemon_events_per_s": n / seconds, "longest_stall_s": stall,
+                "refits": worker.refits, "leaves": int(engine.model_.n_leaves),
+                "vocabulary": len(engine.vocabulary),
+                "oov_tokens": int(engine.vocabulary.oov_count)}
 
 
 def main() -> None:
@@ -129,30 +110,12 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--bootstrap", default=None)
     args = ap.parse_args()
-    broker = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        from service.devbroker import KafkaBroker
-
-        broker = KafkaBroker().start()
-        bootstrap = broker.bootstrap
-    try:
+    with kafka_bootstrap(args.bootstrap) as bootstrap:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-        admin.create_topics({topic: {"num_partitions": args.partitions,
-                                     "replication_factor": 1}}, wait_for_metadata=True)
-        admin.close()
-        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,
-                                 batch_size=512 * 1024, compression_type="gzip")
-        for key, value in encounter_stream(args.events):
-            producer.send(topic, key=key, value=value)
-        producer.flush(300)
-        producer.close()
+        create_topics(bootstrap, {topic: (args.partitions, False)})
+        produce(bootstrap, topic, encounter_stream(args.events))
         bare = run_bare(bootstrap, topic, args.events, 2_000)
         daemon = run_daemon(bootstrap, topic, args.events)
-    finally:
-        if broker is not None:
-            broker.close()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({
         "events": args.events, "partitions": args.partitions,

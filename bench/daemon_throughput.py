@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import OffsetAndMetadata
+from kafka_bench import create_topics, drive, kafka_bootstrap, produce
 
 from service.commands.produce import sample_messages
 from service.config import load_settings
@@ -34,23 +35,9 @@ from service.metrics import WorkerMetrics
 from service.worker import Worker
 
 
-def _topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics({n: {"num_partitions": partitions, "replication_factor": 1}
-                             for n in names}, wait_for_metadata=True)
-    finally:
-        admin.close()
-
-
 def produce_events(bootstrap: str, topic: str, n: int) -> None:
     """Produce ``n`` synthetic encounter events (seed 7) to ``topic`` and flush."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024,
-                             compression_type="gzip")
-    for key, value in sample_messages(n, seed=7):
-        producer.send(topic, key=key, value=value)
-    producer.flush(300)
-    producer.close()
+    produce(bootstrap, topic, sample_messages(n, seed=7))
 
 
 def run_daemon(bootstrap: str, topic: str, n: int, batch: int) -> float:
@@ -66,29 +53,17 @@ def run_daemon(bootstrap: str, topic: str, n: int, batch: int) -> float:
             "model": {"vocabulary_capacity": 256, "max_leaves": 8, "max_depth": 3,
                       "refit_every": 20_000},
         })
-        _topics(bootstrap, [settings.topics.assignments, settings.topics.models,
-                            settings.topics.dead_letters], 1)
+        create_topics(bootstrap, {t: (1, False) for t in (
+            settings.topics.assignments, settings.topics.models, settings.topics.dead_letters)})
         worker = Worker(settings, KafkaSource(settings.kafka, topic, max_poll_records=batch),
                         KafkaSink(settings.kafka), metrics=WorkerMetrics())
-        worker.restore()
-        t0 = None
-        done = 0
-        while done < n:
-            records = worker.source.poll(batch, 0.5)
-            if records and t0 is None:
-                t0 = time.perf_counter()
-            ready = worker.blocks.take_ready(records, worker.source.lag)
-            if ready:
-                worker.process_batch(ready)
-                done = worker.counters["processed"]
-        elapsed = time.perf_counter() - (t0 or time.perf_counter())
-        worker.shutdown()
-    return n / elapsed
+        seconds, _ = drive(worker, lambda: worker.counters["processed"] >= n)
+    return n / seconds
 
 
 def run_bare(bootstrap: str, topic: str, n: int, batch: int) -> float:
     out = f"{topic}.bare-{uuid.uuid4().hex[:6]}"
-    _topics(bootstrap, [out], 1)
+    create_topics(bootstrap, {out: (1, False)})
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{out}",
                              enable_auto_commit=False, auto_offset_reset="earliest",
                              max_poll_records=batch)
@@ -124,22 +99,12 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--bootstrap", default=None)
     args = ap.parse_args()
-    broker = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        from service.devbroker import KafkaBroker
-
-        broker = KafkaBroker().start()
-        bootstrap = broker.bootstrap
-    try:
+    with kafka_bootstrap(args.bootstrap) as bootstrap:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
-        _topics(bootstrap, [topic], args.partitions)
+        create_topics(bootstrap, {topic: (args.partitions, False)})
         produce_events(bootstrap, topic, args.events)
         bare = run_bare(bootstrap, topic, args.events, args.batch)
         daemon = run_daemon(bootstrap, topic, args.events, args.batch)
-    finally:
-        if broker is not None:
-            broker.close()
     print(json.dumps({"events": args.events, "batch": args.batch,
                       "bare_events_per_s": round(bare), "daemon_events_per_s": round(daemon),
                       "ratio_daemon_over_bare": round(daemon / bare, 3)}))

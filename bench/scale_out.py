@@ -25,31 +25,19 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon_throughput import produce_events
-from kafka import KafkaAdminClient
+from kafka_bench import create_topics, drive, kafka_bootstrap
 
 from service.commands.run import role_source, role_worker
 from service.config import Settings, load_settings
 from service.kafka_sink import KafkaSink
 from service.metrics import WorkerMetrics
 from service.worker import Worker
-
-
-def _topics(bootstrap: str, spec: dict[str, tuple[int, bool]]) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics({n: {"num_partitions": p, "replication_factor": 1,
-                                 **({"configs": {"cleanup.policy": "compact"}} if c else {})}
-                             for n, (p, c) in spec.items()}, wait_for_metadata=True)
-    finally:
-        admin.close()
 
 
 def _settings(bootstrap: str, prefix: str, role: str, tmp: str) -> Settings:
@@ -65,26 +53,6 @@ def _settings(bootstrap: str, prefix: str, role: str, tmp: str) -> Settings:
     })
 
 
-def _drive(worker: Worker, done: Callable[[], bool], started: Callable[[], bool]) -> float:
-    """Run the worker's loop steps until ``done()``; seconds from the first batch processed
-    while ``started()`` (after start-up, election and take-over) to the end."""
-    worker.restore()
-    w = worker.settings.worker
-    t0: float | None = None
-    while not done():
-        records = worker.source.poll(w.batch_max_records, w.poll_timeout_s)
-        ready = worker.blocks.take_ready(records, worker.source.lag)
-        if ready:
-            if t0 is None and started():
-                t0 = time.perf_counter()
-            worker.process_batch(ready)
-        elif not records:
-            worker._idle()
-    elapsed = time.perf_counter() - (t0 or time.perf_counter())
-    worker.shutdown()
-    return elapsed
-
-
 def _worker(settings: Settings) -> Worker:
     return role_worker(settings, role_source(settings), KafkaSink(settings.kafka),
                        WorkerMetrics(), embedded=False)
@@ -97,32 +65,21 @@ def main() -> None:
     ap.add_argument("--bootstrap", default=None)
     args = ap.parse_args()
     n = args.events
-    broker = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        from service.devbroker import KafkaBroker
-
-        broker = KafkaBroker().start()
-        bootstrap = broker.bootstrap
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    try:
-        _topics(bootstrap, {f"{prefix}.events": (args.partitions, False),
-                            f"{prefix}.assignments": (args.partitions, False),
-                            f"{prefix}.dlq": (1, False), f"{prefix}.frames": (1, False),
-                            f"{prefix}.models": (1, True), f"{prefix}.state": (1, True)})
+    with kafka_bootstrap(args.bootstrap) as bootstrap:
+        create_topics(bootstrap, {f"{prefix}.events": (args.partitions, False),
+                                  f"{prefix}.assignments": (args.partitions, False),
+                                  f"{prefix}.dlq": (1, False), f"{prefix}.frames": (1, False),
+                                  f"{prefix}.models": (1, True), f"{prefix}.state": (1, True)})
         produce_events(bootstrap, f"{prefix}.events", n)
         with tempfile.TemporaryDirectory() as tmp:
             ingest = _worker(_settings(bootstrap, prefix, "ingest", tmp))
-            t_ingest = _drive(ingest, lambda: ingest.counters["processed"] >= n,
-                              lambda: True)
+            t_ingest, _ = drive(ingest, lambda: ingest.counters["processed"] >= n)
             learner = _worker(_settings(bootstrap, prefix, "learner", tmp))
-            t_learner = _drive(learner, lambda: learner.counters["processed"] >= n,
-                               lambda: learner.active)
+            t_learner, _ = drive(learner, lambda: learner.counters["processed"] >= n,
+                                 lambda: learner.active)
             one = _worker(_settings(bootstrap, prefix, "all", tmp))
-            t_all = _drive(one, lambda: one.counters["processed"] >= n, lambda: True)
-    finally:
-        if broker is not None:
-            broker.close()
+            t_all, _ = drive(one, lambda: one.counters["processed"] >= n)
     ingest_rate, learner_rate, all_rate = n / t_ingest, n / t_learner, n / t_all
     print(json.dumps({
         "events": n, "partitions": args.partitions,

@@ -1,0 +1,83 @@
+"""Shared parts of the benches that run against a Kafka broker: the broker, topics, input and
+the loop that drives a worker with a stopwatch."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from kafka import KafkaAdminClient, KafkaProducer
+
+from service.worker import Worker
+
+__all__ = ["create_topics", "drive", "kafka_bootstrap", "produce"]
+
+
+@contextlib.contextmanager
+def kafka_bootstrap(bootstrap: str | None) -> Iterator[str]:
+    """``bootstrap`` as given, or a local ``service.devbroker.KafkaBroker`` started for the
+    run (and closed after it)."""
+    if bootstrap is not None:
+        yield bootstrap
+        return
+    from service.devbroker import KafkaBroker
+
+    broker = KafkaBroker().start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.close()
+
+
+def create_topics(bootstrap: str, topics: dict[str, tuple[int, bool]]) -> None:
+    """``{name: (partitions, compacted)}``, replication factor 1."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics({n: {"num_partitions": p, "replication_factor": 1,
+                                 **({"configs": {"cleanup.policy": "compact"}} if c else {})}
+                             for n, (p, c) in topics.items()}, wait_for_metadata=True)
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, topic: str, messages: Iterable[tuple[bytes | None, bytes]]) -> None:
+    """Produce ``(key, value)`` messages (gzip, large batches) and flush."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=512 * 1024,
+                             compression_type="gzip")
+    for key, value in messages:
+        producer.send(topic, key=key, value=value)
+    producer.flush(300)
+    producer.close()
+
+
+def drive(worker: Worker, done: Callable[[], bool],
+          started: Callable[[], bool] = lambda: True) -> tuple[float, float]:
+    """Run the worker's loop steps (poll, aligned blocks, process, idle work) until ``done()``.
+
+    Returns ``(seconds, longest_stall)``: the time from the first batch processed while
+    ``started()`` (after start-up, election and take-over) to the end, and the longest time
+    between two polls in that span (a batch with its refits, checkpoints and flushes). The
+    worker is shut down after.
+    """
+    worker.restore()
+    w = worker.settings.worker
+    t0: float | None = None
+    last: float | None = None
+    stall = 0.0
+    while not done():
+        records = worker.source.poll(worker.poll_max_records, w.poll_timeout_s)
+        now = time.perf_counter()
+        if t0 is not None and last is not None:
+            stall = max(stall, now - last)
+        last = now
+        ready = worker.blocks.take_ready(records, worker.source.lag)
+        if ready:
+            if t0 is None and started():
+                t0 = now
+            worker.process_batch(ready)
+        elif not records:
+            worker._idle()
+    seconds = time.perf_counter() - (t0 or time.perf_counter())
+    worker.shutdown()
+    return seconds, stall
