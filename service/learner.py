@@ -81,6 +81,7 @@ class LearnerWorker(Worker):
         self.poll_max_records = FRAMES_PER_BLOCK
         self.active = False
         self._gained = threading.Event()  # set on the IO thread, handled by the loop
+        self._misconfigured: str | None = None  # why this learner must not run (IO thread)
         self.metrics.role.info({"role": "learner"})
         self.metrics.learner_active.set(0)
 
@@ -96,6 +97,12 @@ class LearnerWorker(Worker):
     def _on_assign(self, tps: list[TopicPartition]) -> None:
         with self._lock:
             self.blocks.drop(tps)
+        others = [tp for tp in tps if tp != self.frames_partition]
+        if others:  # two learners would each hold a partition: two writers of one model
+            self._misconfigured = (
+                f"the frames topic {self.frames_partition[0]} has more than one partition "
+                f"(assigned {[f'{t}[{p}]' for t, p in others]}): its single partition is the "
+                "learners' election; recreate it with one partition")
         if self.frames_partition in tps:
             self._gained.set()
         _log.info("frames partition assigned" if self.frames_partition in tps
@@ -159,7 +166,13 @@ class LearnerWorker(Worker):
 
     def _maybe_take_over(self) -> bool:
         """Take over if the frames partition was gained; False if the state cannot be
-        restored (no valid checkpoint: the process exits 2, like ``run``)."""
+        restored (no valid checkpoint) or the frames topic has more than one partition: the
+        process then exits 2, like ``run`` when it cannot start safely."""
+        if self._misconfigured is not None:
+            self.active = False
+            self.metrics.learner_active.set(0)
+            _log.error("cannot learn: %s", self._misconfigured)
+            return False
         if not self._gained.is_set():
             return True
         try:
@@ -173,7 +186,7 @@ class LearnerWorker(Worker):
     # ------------------------------------------------------------------ one batch
     def process_batch(self, records: list[Record]) -> bool:
         """Learn the new events of a batch of frames once (watermarks), publish, checkpoint."""
-        if self._gained.is_set():
+        if self._gained.is_set() or self._misconfigured is not None:
             if not self._maybe_take_over():
                 raise SystemExit(EXIT_CANNOT_START)
             return True  # polled before the take-over's seek: read again from the checkpoint

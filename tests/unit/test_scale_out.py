@@ -248,3 +248,14 @@ def test_a_model_naming_no_feature_routes_to_the_root(tmp_path: Path) -> None:
     routing = follower.assign(sp.csr_array((3, 5)))
     assert routing.leaf_ids.tolist() == [0, 0, 0]
     assert routing.model_version == int(dict(published.headers)["model_version"])
+
+
+def test_a_frames_topic_of_several_partitions_stops_the_learner(tmp_path: Path) -> None:
+    """Its single partition is the election: with two, two learners would both write."""
+    broker = MemoryBroker()
+    broker.create_topic(FRAMES, 2)
+    learner = _learner(_settings(tmp_path), broker)
+    with pytest.raises(SystemExit) as exit_info:
+        learner.run()
+    assert exit_info.value.code == 2
+    assert not learner.active and broker.records(MODELS) == []
