@@ -25,15 +25,11 @@ from collections.abc import Callable
 from typing import Any
 
 from service.config import Settings
-from service.events import Event
 from service.frames import FRAME_CONTENT_TYPE, encode_frame
 from service.metrics import WorkerMetrics
-from service.model_follower import ModelFollower, root_routing
-from service.pipeline import assignment_values, events_matrix
-from service.startup import resolve_worker_id
+from service.model_follower import ModelFollower
 from service.transport import Record, Sink, Source, TopicPartition, TransportError
 from service.worker import BatchResult, Worker
-from streammom import warm_up
 
 __all__ = ["IngestWorker"]
 
@@ -56,10 +52,8 @@ class IngestWorker(Worker):
     # ------------------------------------------------------------------ state
     def restore(self) -> None:
         """No state to restore: compile the routing kernels and read the models topic."""
-        _log.info("compiled kernels ready", extra={"seconds": round(warm_up(), 3)})
-        self.publisher.worker_id = resolve_worker_id(
-            self.settings.worker.id or self.settings.kafka.group_instance_id,
-            self.settings.checkpoint.dir)
+        self._load_kernels()
+        self._identify()
         self._retrying(self.models.catch_up)
         self._observe_model()
         self.restored = True
@@ -108,24 +102,11 @@ class IngestWorker(Worker):
                 ts.append(event.ts)
                 features.append(event.features())
             if valid:
-                self._assign([event for _, event in valid], result)
+                events = [event for _, event in valid]
+                self._produce_assignments(
+                    events, self.models.assign(events, binary=self._binary), result)
         self._produce_frames(records, frames)
         return self._finish_batch(records, result, t0)
-
-    def _assign(self, events: list[Event], result: BatchResult) -> None:
-        """Route with the followed model and produce one assignment per event."""
-        models = self.models
-        if models.vocabulary is None:
-            routing = root_routing(len(events), max(models.current[1], 0))
-        else:
-            routing = models.assign(events_matrix(models.vocabulary, events,
-                                                  binary=self._binary))
-        version_header = [("model_version", str(int(routing.model_version)).encode())]
-        produce, topic = self.sink.produce, self.topics.assignments
-        for event, value in zip(events, assignment_values(events, routing), strict=True):
-            produce(topic, event.key.encode(), value, version_header)
-        result.processed += len(events)
-        result.model_version = int(routing.model_version)
 
     def _produce_frames(self, records: list[Record],
                         frames: dict[TopicPartition, tuple[list[int], list[float], list[Any]]]

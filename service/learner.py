@@ -42,11 +42,11 @@ from service.events import Rejection
 from service.frames import Frame, FrameError, decode_frame
 from service.metrics import WorkerMetrics
 from service.model_follower import ModelFollower
-from service.startup import offset_labels, resolve_worker_id, restored_counters
+from service.startup import offset_labels, restored_counters
 from service.state_topic import TopicCheckpointStore
 from service.transport import Record, Sink, Source, TopicPartition
 from service.worker import EXIT_CANNOT_START, BatchResult, Worker
-from streammom import StreamingHierarchy, warm_up
+from streammom import StreamingHierarchy
 
 __all__ = ["BAD_FRAME", "FRAMES_PER_BLOCK", "LearnerWorker"]
 
@@ -88,10 +88,8 @@ class LearnerWorker(Worker):
     # ------------------------------------------------------------------ state
     def restore(self) -> None:
         """Start as a standby: kernels compiled, worker id resolved, no state until elected."""
-        _log.info("compiled kernels ready", extra={"seconds": round(warm_up(), 3)})
-        self.publisher.worker_id = resolve_worker_id(
-            self.settings.worker.id or self.settings.kafka.group_instance_id,
-            self.settings.checkpoint.dir)
+        self._load_kernels()
+        self._identify()
         self.restored = True
 
     def _on_assign(self, tps: list[TopicPartition]) -> None:
@@ -212,9 +210,6 @@ class LearnerWorker(Worker):
                result: BatchResult) -> None:
         """Learn a block's new events in engine calls of at most ``batch_max_records`` rows
         (the one-process worker's call size, so refits come at the same pace)."""
-        width = max(r.shape[1] for r in rows)  # a growing vocabulary widens later frames
-        for r in rows:
-            r.resize((r.shape[0], width))
         X = sp.vstack(rows, format="csr") if len(rows) > 1 else rows[0]
         ts = np.concatenate(times)
         step = self.settings.worker.batch_max_records
@@ -271,13 +266,8 @@ class LearnerWorker(Worker):
         if records:
             with self._lock:
                 self.offsets[self.frames_partition] = records[-1].offset + 1
-        c = self.counters
-        c["processed"] += result.processed
-        for reason, n in result.rejected.items():
-            c["rejected"][reason] = c["rejected"].get(reason, 0) + n
-            self.metrics.events_rejected.labels(reason=reason).inc(n)
-        self.metrics.events_processed.inc(result.processed)
-        self.metrics.state_events.set(c["processed"])
+        self._count(result)
+        self.metrics.state_events.set(self.counters["processed"])
         self.checkpoints.add_records(result.processed)
 
     # ------------------------------------------------------------------ loop hooks

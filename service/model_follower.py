@@ -15,9 +15,8 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import scipy.sparse as sp
 
-from service.pipeline import Assigner, model_assigner
+from service.pipeline import Assigner, FeatureRows, events_matrix, model_assigner
 from service.transport import Record, TopicReader
 from streammom import Vocabulary
 from streammom.model import HierarchyModel, Routing
@@ -98,13 +97,13 @@ class ModelFollower:
         """Read until the topic's current end (start-up, take-over)."""
         while True:
             self.update(timeout_s)
-            if self.reader.caught_up():
-                self.update(0.0)
+            if self.reader.caught_up():  # every record up to the end has been returned
                 return
 
-    def assign(self, rows: sp.csr_array) -> Routing:
-        """Route ``rows`` (of :attr:`vocabulary`) with the model in use (the root leaf before
-        one that names its features)."""
-        if self.route is None:
-            return root_routing(rows.shape[0], max(self.current[1], 0))
-        return self.route(rows)
+    def assign(self, items: FeatureRows, *, binary: bool) -> Routing:
+        """Route events (or code rows) with the model in use: their rows over the model's
+        features (0/1 if ``binary``, else counts), or the root leaf before a model names its
+        features."""
+        if self.route is None or self.vocabulary is None:
+            return root_routing(len(items), max(self.current[1], 0))
+        return self.route(events_matrix(self.vocabulary, items, binary=binary))

@@ -98,21 +98,16 @@ class TopicCheckpointStore:
         """Every key's latest value (tombstones remove), reading the topic to its end."""
         reader = self.reader_factory()
         latest: dict[bytes, bytes] = {}
-
-        def apply(records: list[Any]) -> None:
-            for rec in records:
-                if rec.key is None:
-                    continue
-                if rec.value is None:
-                    latest.pop(rec.key, None)
-                else:
-                    latest[rec.key] = rec.value
-
         try:
             while True:
-                apply(reader.read(0.5))
-                if reader.caught_up():
-                    apply(reader.read(0.0))
+                for rec in reader.read(0.5):
+                    if rec.key is None:
+                        continue
+                    if rec.value is None:
+                        latest.pop(rec.key, None)
+                    else:
+                        latest[rec.key] = rec.value
+                if reader.caught_up():  # every record up to the end has been returned
                     return latest
         finally:
             reader.close()

@@ -45,6 +45,7 @@ from service.startup import (
 )
 from service.transport import Record, Sink, Source, TopicPartition, TransportError
 from streammom import StreamingHierarchy, __version__, warm_up
+from streammom.model import Routing
 from streammom.report import CodeMap, from_engine, resolve_codes, write_report
 
 __all__ = ["EXIT_CANNOT_START", "BatchResult", "StateLostError", "Worker"]
@@ -96,6 +97,7 @@ class Worker:
             sink.on_drop = lambda topic: self.metrics.messages_dropped.labels(topic=topic).inc()
         self.engine_factory = engine_factory or (lambda: build_engine(settings.model))
         self.store = CheckpointStore(checkpoint_dir or settings.checkpoint.dir)
+        self.worker_id_dir = self.store.directory  # where an id of its own is kept
         self.exit_when_idle = exit_when_idle
         self._sleep = sleep
         self.decoder = EventDecoder(settings.limits)
@@ -148,7 +150,7 @@ class Worker:
         falls back to ``checkpoint.prev.smm``); if checkpoint files exist but none is valid,
         :class:`~service.checkpoint.NoValidCheckpointError` is raised (``run`` exits 2).
         """
-        _log.info("compiled kernels ready", extra={"seconds": round(warm_up(), 3)})
+        self._load_kernels()
         self.store.remove_stale_temp_files()
         ckpt = self.store.load()
         m = self.metrics
@@ -174,13 +176,22 @@ class Worker:
             self._check_lost_state()
             stored_topic_ids = {}
         self._check_input_topic(stored_topic_ids)
-        self.publisher.worker_id = resolve_worker_id(
-            self.settings.worker.id or self.settings.kafka.group_instance_id,
-            self.store.directory)
+        self._identify()
         m.observe_vocabulary(self.engine.vocabulary)
         self._last_refit_marker = self._refit_marker()
         self.metrics.observe_model(self.engine)
         self.restored = True
+
+    def _load_kernels(self) -> None:
+        """Load (or compile) the hot path's kernels before the first batch."""
+        _log.info("compiled kernels ready", extra={"seconds": round(warm_up(), 3)})
+
+    def _identify(self) -> None:
+        """This worker's id (:func:`service.startup.resolve_worker_id`): ``worker.id``, else
+        ``kafka.group_instance_id``, else one kept in the checkpoint directory."""
+        self.publisher.worker_id = resolve_worker_id(
+            self.settings.worker.id or self.settings.kafka.group_instance_id,
+            self.worker_id_dir)
 
     def _check_lost_state(self) -> None:
         """Apply ``checkpoint.on_lost_state`` if the group has committed offsets
@@ -417,13 +428,19 @@ class Worker:
         engine = self.engine
         X, routing = learn_events(engine, events, binary=self._binary)
         self.metrics.observe_vocabulary(self.engine.vocabulary, X)
+        self._produce_assignments(events, routing, result)
+        self._note_refit(result)
+
+    def _produce_assignments(self, events: list[Event], routing: Routing,
+                             result: BatchResult) -> None:
+        """One assignment per event (key = entity, the model version in a header)."""
         version_header = [("model_version", str(int(routing.model_version)).encode())]
         produce = self.sink.produce
         topic = self.topics.assignments
         for event, value in zip(events, assignment_values(events, routing), strict=True):
             produce(topic, event.key.encode(), value, version_header)
         result.processed += len(events)
-        self._note_refit(result)
+        result.model_version = int(routing.model_version)
 
     def _note_refit(self, result: BatchResult) -> None:
         """After a learn call: if the engine refitted, export the new model's metrics, log it,
@@ -523,15 +540,19 @@ class Worker:
                     self.offsets[tp] = nxt
                 elif nxt > stored:
                     self.offsets[tp] = nxt
+        self._count(result)
+        self.counters["assignments"] += result.processed
+        self.metrics.assignments_published.inc(result.processed)
+        self.checkpoints.add_records(len(records))
+
+    def _count(self, result: BatchResult) -> None:
+        """Add a batch's valid and rejected events to the counters and their metrics."""
         c = self.counters
         c["processed"] += result.processed
-        c["assignments"] += result.processed
         for reason, n in result.rejected.items():
             c["rejected"][reason] = c["rejected"].get(reason, 0) + n
             self.metrics.events_rejected.labels(reason=reason).inc(n)
         self.metrics.events_processed.inc(result.processed)
-        self.metrics.assignments_published.inc(result.processed)
-        self.checkpoints.add_records(len(records))
 
     def _offset_reset(self, tp: TopicPartition, stored: int, first: int) -> None:
         """Records came from *behind* the offset the state covers: the worker always seeks to

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-import scipy.sparse as sp
 from memory_harness import IN, memory_worker, small_settings
 
 from service.config import Settings
@@ -245,7 +244,7 @@ def test_a_model_naming_no_feature_routes_to_the_root(tmp_path: Path) -> None:
     follower = ModelFollower(MemoryReader(broker, MODELS), "streammom")
     assert follower.update() is True and follower.rejected == 0
     assert follower.vocabulary is None
-    routing = follower.assign(sp.csr_array((3, 5)))
+    routing = follower.assign([["I10"], [], ["E11", "J45"]], binary=True)
     assert routing.leaf_ids.tolist() == [0, 0, 0]
     assert routing.model_version == int(dict(published.headers)["model_version"])
 
