@@ -39,7 +39,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from streammom import StreamingHierarchy, Vocabulary
+from streammom import CodeRollup, StreamingHierarchy, Vocabulary
 from streammom.engine_params import ENGINE_PARAMETERS
 from streammom.params import Options, Param
 
@@ -214,9 +214,22 @@ class _ModelSettingsBase(_Section):
     """The ``[model]`` settings that are not engine hyper-parameters."""
 
     name: str = Field(default="streammom", description="key of the models-topic message")
-    vocabulary_capacity: int = Field(default=4096, ge=1)
+    vocabulary_capacity: int = Field(
+        default=1024, ge=2,
+        description="columns of the growing vocabulary (d): state and refit cost grow as d²; "
+                    "when full, frequent new tokens take the rarest columns over at refits",
+    )
     vocabulary_file: Path | None = Field(
         default=None, description="fixed vocabulary (one token per line); else growing"
+    )
+    code_rollup_prefix: int | None = Field(
+        default=None, ge=1,
+        description="roll codes up to their first N characters, dots removed (ICD-9 250.01 "
+                    "→ 250 with 3); applied before the vocabulary",
+    )
+    code_rollup_file: Path | None = Field(
+        default=None, description="code → group mapping file ('code,group' lines), applied "
+                                  "before the prefix; unmapped codes pass through",
     )
 
     def engine_kwargs(self) -> dict[str, Any]:
@@ -238,12 +251,24 @@ ModelSettings.__doc__ = ("Engine hyper-parameters (:class:`streammom.StreamingHi
                          "from its parameter table) and the vocabulary.")
 
 
+def build_rollup(cfg: _ModelSettingsBase) -> CodeRollup | None:
+    """The code roll-up of the model settings (``code_rollup_file`` and/or
+    ``code_rollup_prefix``), or None. Every role builds the same one: ingest workers map codes
+    as the learner does."""
+    if cfg.code_rollup_file is not None:
+        return CodeRollup.from_file(cfg.code_rollup_file, prefix=cfg.code_rollup_prefix)
+    if cfg.code_rollup_prefix is not None:
+        return CodeRollup(prefix=cfg.code_rollup_prefix)
+    return None
+
+
 def build_engine(cfg: _ModelSettingsBase) -> StreamingHierarchy:
     """A fresh :class:`streammom.StreamingHierarchy` (+ vocabulary) from the model settings."""
+    rollup = build_rollup(cfg)
     if cfg.vocabulary_file is not None:
-        vocab = Vocabulary.from_file(cfg.vocabulary_file)
+        vocab = Vocabulary.from_file(cfg.vocabulary_file, rollup=rollup)
     else:
-        vocab = Vocabulary(capacity=cfg.vocabulary_capacity)
+        vocab = Vocabulary(capacity=cfg.vocabulary_capacity, rollup=rollup)
     return StreamingHierarchy(vocabulary=vocab, **cfg.engine_kwargs())
 
 

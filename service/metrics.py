@@ -150,6 +150,16 @@ class WorkerMetrics:
             "Token occurrences dropped because they are not in the vocabulary (full or fixed).",
             registry=r,
         )
+        self.vocabulary_recycled = Counter(
+            "streammom_vocabulary_recycled_columns",
+            "Vocabulary columns given to a more frequent token (the old token's sums removed).",
+            registry=r,
+        )
+        self.vocabulary_candidates = Gauge(
+            "streammom_vocabulary_candidate_tokens",
+            "Tokens waiting for a column of the full vocabulary (Misra-Gries counters).",
+            registry=r,
+        )
         self.events_without_features = Counter(
             "streammom_events_without_features",
             "Valid events every token of which was out of vocabulary (assigned with no features).",
@@ -203,6 +213,7 @@ class WorkerMetrics:
             self.events_rejected.labels(reason=reason)
         self._lag_labels: set[TopicPartition] = set()
         self._oov_seen = 0  # the vocabulary's OOV count already exported
+        self._recycled_seen = 0  # the vocabulary's recycled columns already exported
         self._vocabulary_full = False  # a full vocabulary is reported once per process
         self._refused: dict[str, int] = {}  # refused splits last logged
         for reason in STOP_REASONS:
@@ -217,23 +228,31 @@ class WorkerMetrics:
         self._lag_labels = set(lag)
 
     def observe_vocabulary(self, vocab: Vocabulary, X: Any = None) -> None:
-        """Export the vocabulary's size and capacity, the out-of-vocabulary drops since the
-        last call, and the rows of ``X`` left without a feature; warn once when a growing
-        vocabulary fills up (from then on every new token is dropped)."""
+        """Export the vocabulary's size and capacity, the out-of-vocabulary drops and recycled
+        columns since the last call, the candidates, and the rows of ``X`` left without a
+        feature; log once when a growing vocabulary fills up (from then on new tokens are
+        dropped until one is frequent enough to take a rare column over)."""
         oov = int(vocab.oov_count)
         if oov > self._oov_seen:
             self.vocabulary_oov.inc(oov - self._oov_seen)
         self._oov_seen = oov
+        recycled = int(vocab.recycled_count)
+        if recycled > self._recycled_seen:
+            self.vocabulary_recycled.inc(recycled - self._recycled_seen)
+        self._recycled_seen = recycled
+        self.vocabulary_candidates.set(len(vocab.candidates))
         if X is not None:
             empty = int((X.indptr[1:] == X.indptr[:-1]).sum())
             if empty:
                 self.events_without_features.inc(empty)
         self.vocabulary_tokens.set(len(vocab))
         self.vocabulary_capacity.set(int(vocab.capacity))
-        full = vocab.growing and len(vocab) >= vocab.capacity
+        full = vocab.is_full
         if full and not self._vocabulary_full:
-            _log.warning("vocabulary full: tokens not yet in it are dropped from now on "
-                         "(streammom_vocabulary_oov_tokens_total counts them)",
+            _log.warning("vocabulary full: new tokens are dropped until one is frequent enough "
+                         "to take the rarest column over at a refit "
+                         "(streammom_vocabulary_oov_tokens_total, "
+                         "streammom_vocabulary_recycled_columns_total)",
                          extra={"capacity": int(vocab.capacity), "oov_tokens": oov})
         self._vocabulary_full = full
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from service.pipeline import Assigner, FeatureRows, events_matrix, model_assigner
 from service.transport import Record, TopicReader
-from streammom import Vocabulary
+from streammom import CodeRollup, Vocabulary
 from streammom.model import HierarchyModel, Routing
 
 __all__ = ["ModelFollower", "root_routing"]
@@ -46,9 +46,11 @@ def _header_int(rec: Record, name: str) -> int | None:
 class ModelFollower:
     """The newest model of key ``name`` on the models topic (see the module docstring)."""
 
-    def __init__(self, reader: TopicReader, name: str) -> None:
+    def __init__(self, reader: TopicReader, name: str, rollup: CodeRollup | None = None
+                 ) -> None:
         self.reader = reader
         self.key = name.encode()
+        self.rollup = rollup  # the learner's code roll-up (the same [model] settings)
         #: ``(epoch, version)`` of the model in use; ``(-1, -1)`` before the first.
         self.current: tuple[int, int] = (-1, -1)
         #: The largest epoch / version seen on the topic under this key (valid or not).
@@ -79,7 +81,8 @@ class ModelFollower:
         try:
             model = HierarchyModel.from_bytes(rec.value or b"")
             # a model published before any event was learned names no feature: root routing
-            vocab, route = (model_assigner(model) if any(model.feature_names or ())
+            vocab, route = (model_assigner(model, self.rollup)
+                            if any(model.feature_names or ())
                             else (None, None))
         except Exception as exc:  # a bad archive must not stop routing with the current one
             self.rejected += 1

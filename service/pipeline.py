@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from service.events import Event
-from streammom import StreamingHierarchy, Vocabulary
+from streammom import CodeRollup, StreamingHierarchy, Vocabulary
 from streammom.model import HierarchyModel, Routing
 
 __all__ = [
@@ -76,8 +76,10 @@ def learn_events(
     return X, engine.learn(X, timestamps=event_timestamps(events))
 
 
-def model_assigner(model: HierarchyModel) -> tuple[Vocabulary, Assigner]:
-    """(vocabulary, router) of a bare model: its feature names are the vocabulary.
+def model_assigner(model: HierarchyModel, rollup: CodeRollup | None = None
+                   ) -> tuple[Vocabulary, Assigner]:
+    """(vocabulary, router) of a bare model: its feature names are the vocabulary (codes are
+    rolled up by ``rollup`` first, as the engine that learned the model did).
 
     A snapshot of a growing vocabulary may name fewer features than the model has columns
     (unused capacity); rows are widened to the model's width before routing.
@@ -85,7 +87,7 @@ def model_assigner(model: HierarchyModel) -> tuple[Vocabulary, Assigner]:
     names = model.feature_names
     if names is None:
         raise ValueError("a bare model without feature names cannot map events")
-    vocab = Vocabulary(tokens=[n for n in names if n])
+    vocab = Vocabulary(tokens=[n for n in names if n], rollup=rollup)
     d = model.n_features
 
     def route(X: sp.csr_array) -> Routing:

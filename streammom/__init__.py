@@ -8,11 +8,13 @@ from streammom.engine import StreamingHierarchy
 from streammom.hierarchical import HierarchicalMoM
 from streammom.moments import MomentAccumulator
 from streammom.relevance import top_features
+from streammom.rollup import CodeRollup
 from streammom.spectral import SpectralMixture
 from streammom.vocab import Vocabulary
 from streammom.warmup import warm_up
 
 __all__ = [
+    "CodeRollup",
     "HierarchicalMoM",
     "MomentAccumulator",
     "SpectralMixture",

@@ -73,7 +73,15 @@ from streammom.serialization import (
     archive_bytes,
     read_archive,
 )
-from streammom.tree import LeafLayout, Node, leaf_layout, subtree, tree_nodes, widen_tree
+from streammom.tree import (
+    LeafLayout,
+    Node,
+    leaf_layout,
+    remove_tree_columns,
+    subtree,
+    tree_nodes,
+    widen_tree,
+)
 from streammom.vocab import Vocabulary
 
 __all__ = ["ENGINE_SCHEMA_VERSION", "StreamingHierarchy"]
@@ -599,6 +607,34 @@ class StreamingHierarchy(Estimator):
         v.discriminators = None
         return removed
 
+    def _follow_vocabulary(self) -> list[dict[str, Any]]:
+        """Give the rarest columns of a full vocabulary to frequent candidate tokens (design
+        §2 "vocabulary"): the vocabulary's counts decay like the sums, it plans the swaps
+        (:meth:`~streammom.vocab.Vocabulary.plan_recycling`), every node's sums, reservoir
+        rows and router weights of those columns are removed
+        (:func:`~streammom.tree.remove_tree_columns`), then the columns get their new tokens.
+        Bernoulli sums only (single-topic sums cannot drop a token exactly). Returns the
+        lineage record of the swap (it changes the model's feature names: a new version)."""
+        vocab = self.vocabulary
+        if vocab is None or not vocab.is_full or self.family != "bernoulli":
+            return []
+        elapsed = self._decay.since_refit()
+        if self.half_life is not None and elapsed:
+            vocab.decay(float(np.exp2(-elapsed / self.half_life)))
+        swaps = vocab.plan_recycling()
+        if not swaps:
+            return []
+        assert self.n_features_ is not None
+        columns = np.array(sorted(c for c, _ in swaps if c < self.n_features_), dtype=np.int64)
+        dropped = [vocab.tokens[c] for c, _ in swaps]
+        remove_tree_columns(self.nodes_, columns)
+        vocab.recycle(swaps)
+        root = self.nodes_[self.root_id_]
+        return [{"event": "recycle", "node": self.root_id_, "children": list(root.children),
+                 "version": -1, "n_events": self.n_events_seen_,
+                 "weight": float(self._weight_true(root)), "columns": len(swaps),
+                 "admitted": [t for _, t in swaps[:10]], "evicted": dropped[:10]}]
+
     def refit(self) -> list[dict[str, Any]]:
         """Recompute splits top-down, re-split / prune / split (design §5); lineage records.
 
@@ -609,9 +645,10 @@ class StreamingHierarchy(Estimator):
         t0 = time.perf_counter()
         records: list[dict[str, Any]] = []
         if self.n_features_ is not None and self.nodes_:
+            records = self._follow_vocabulary()
             eigen = NodeEigensolver(self.random_state, self.basis_dim, self.family,
                                     self._scratch)
-            records = RefitPass(self, eigen).run()
+            records += RefitPass(self, eigen).run()
             if records:
                 self.model_version_ += 1
                 for rec in records:

@@ -33,6 +33,10 @@ def merge_into(self: StreamingHierarchy, other: StreamingHierarchy) -> Streaming
         raise ValueError("cannot merge engines with different configurations")
     if other.model_version_ != self.model_version_ or structure(other) != structure(self):
         raise ValueError("cannot merge engines with different model versions or trees")
+    if (self.vocabulary is None) != (other.vocabulary is None):
+        raise ValueError("cannot merge an engine with a vocabulary and one without")
+    if self.vocabulary is not None and other.vocabulary is not None:
+        self.vocabulary.merge(other.vocabulary)  # same tokens in the same columns, or ValueError
     factor = self._decay.merge(other._decay, self.half_life)
     for nid, v in self.nodes_.items():
         o = other.nodes_[nid]
@@ -72,6 +76,8 @@ def fork_of(self: StreamingHierarchy) -> StreamingHierarchy:
             acc.T[:] = 0.0
         v.fresh = 0.0
         v.reservoir = Reservoir(self.reservoir_size, v.reservoir.n_features)
+    if out.vocabulary is not None:  # the fork counts its own share of the tokens too
+        out.vocabulary.reset_counts()
     out.n_events_seen_ = 0
     out._events_since_refit = 0
     out._refit_spent = 0.0

@@ -52,6 +52,7 @@ from streammom.packed import (
     triu,
     unpack_symmetric,
     widen_packed,
+    zero_packed_lines,
 )
 
 __all__ = ["MomentAccumulator", "row_sums"]
@@ -244,6 +245,44 @@ class MomentAccumulator:
         if self.T is not None:
             self.T = np.vstack([self.T, np.zeros((d_new - d, self.T.shape[1]))])
         self.n_features = d_new
+
+    def remove_columns(self, columns: np.ndarray) -> None:
+        """Remove features ``columns`` from the sums (a recycled vocabulary column, design §2).
+
+        Exact for W (events stay), s and C (their lines are the removed features' sums, set
+        to zero). T: its slices T_r, r ∈ columns, are dropped, and the tracked basis moves off
+        the removed rows — P̃ = P with those rows zeroed, P̃ = QR, the new basis Q and
+        T_r ← R⁻ᵀ T_r R⁻¹, exact for every event without a removed feature (z' = Qᵀx =
+        R⁻ᵀ P̃ᵀ x = R⁻ᵀ z); events that had one are off by their x_j P_j term, a share of T
+        bounded by the removed features' weight (the rarest columns). A basis that lived on
+        the removed rows (|R_ii| < 10⁻³) is dropped with T: the next refit rebuilds both from
+        the reservoir, as a rebase does. Single-topic sums (T2, T3 need each document's length
+        without the removed tokens) cannot be corrected and are refused.
+        """
+        cols = np.asarray(columns, dtype=np.int64)
+        if cols.size == 0:
+            return
+        if self.family != "bernoulli":
+            raise ValueError("columns can be removed exactly from Bernoulli sums only")
+        self.s[cols] = 0.0
+        if self.C is not None:
+            zero_packed_lines(self.C, cols, self.n_features)
+        if self.basis is None:
+            return
+        P = self.basis.copy()
+        P[cols] = 0.0
+        Q, R = np.linalg.qr(P)
+        diag = np.diag(R)
+        if np.min(np.abs(diag)) < 1e-3:
+            self.basis = self.T = None
+            return
+        sign = np.where(diag < 0, -1.0, 1.0)
+        Q, R = Q * sign, R * sign[:, None]
+        Q[cols] = 0.0  # exactly: a new token on a recycled column starts outside the basis
+        self.basis = np.ascontiguousarray(Q)
+        if self.T is not None:
+            self.T = rotate_packed_third(self.T, np.linalg.inv(R))
+            self.T[cols] = 0.0
 
     def _third_increment(self, X: sp.csr_array, w: np.ndarray) -> np.ndarray:
         """Xᵀ F, F row i = w_i packed(z_i z_iᵀ), z = Pᵀ x_i."""

@@ -84,6 +84,23 @@ class Reservoir:
             X.indptr, X.indices, X.data, w, start, u, float(weight_before), self.n_filled,
             self.indices, self.values, self.lengths))
 
+    def remove_columns(self, columns: np.ndarray) -> None:
+        """Drop features ``columns`` from every stored row (a recycled vocabulary column); a
+        row keeps its slot, its other entries in order. O(capacity · width)."""
+        k = self.n_filled
+        if k == 0 or len(columns) == 0:
+            return
+        idx, val = self.indices[:k], self.values[:k]
+        keep = ((np.arange(idx.shape[1])[None, :] < self.lengths[:k, None])
+                & ~np.isin(idx, columns))
+        order = np.argsort(~keep, axis=1, kind="stable")  # kept entries first, in order
+        idx[:] = np.take_along_axis(idx, order, axis=1)
+        val[:] = np.take_along_axis(val, order, axis=1)
+        self.lengths[:k] = keep.sum(axis=1)
+        tail = np.arange(idx.shape[1])[None, :] >= self.lengths[:k, None]
+        idx[tail] = 0
+        val[tail] = 0.0
+
     # ------------------------------------------------------------------ views
     def to_csr(self) -> sp.csr_array:
         """The stored rows as a CSR array (n_filled × n_features), in slot order."""

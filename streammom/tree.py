@@ -23,7 +23,7 @@ from streammom.reservoir import Reservoir
 from streammom.split import Split
 
 __all__ = ["LeafLayout", "Node", "Plan", "Prune", "Resplit", "Stale", "Update", "leaf_layout",
-           "subtree", "tree_nodes", "widen_tree"]
+           "remove_tree_columns", "subtree", "tree_nodes", "widen_tree"]
 
 
 @dataclass
@@ -75,6 +75,23 @@ def widen_tree(nodes: Mapping[int, Node], d_new: int) -> None:
             v.router = Router(weights, v.router.bias, v.router.absolute)
         if v.discriminators is not None:
             v.discriminators = np.hstack([v.discriminators, np.zeros((2, d_new - d))])
+
+
+def remove_tree_columns(nodes: Mapping[int, Node], columns: np.ndarray) -> None:
+    """Remove features ``columns`` from every node (recycled vocabulary columns): the sums
+    (:meth:`~streammom.moments.MomentAccumulator.remove_columns`), the reservoir rows, and the
+    routers' and discriminators' weights there (set to zero for both children: a row's
+    routing no longer depends on them, and rows without them route as before)."""
+    for v in nodes.values():
+        v.acc.remove_columns(columns)
+        v.reservoir.remove_columns(columns)
+        if v.router is not None:
+            weights = v.router.weights.copy()
+            weights[:, columns] = 0.0
+            v.router = Router(weights, v.router.bias, v.router.absolute)
+        if v.discriminators is not None:
+            v.discriminators = v.discriminators.copy()
+            v.discriminators[:, columns] = 0.0
 
 
 def tree_nodes(nodes: Mapping[int, Node], root_id: int, scale: float) -> list[TreeNode]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from service.checkpoint import CheckpointDirError, CheckpointStore
 from service.commands.offline import InputFormatError
-from service.config import Settings
+from service.config import Settings, build_rollup
 from service.logs import setup_logging
 from service.metrics import WorkerMetrics
 from service.transport import Sink, Source, TransportError
@@ -121,7 +121,7 @@ def role_worker(settings: Settings, source: Source, sink: Sink, metrics: WorkerM
 
     kafka, topics = settings.kafka, settings.topics
     models = ModelFollower(KafkaTopicReader(kafka, topics.models, client_suffix="models"),
-                           settings.model.name)
+                           settings.model.name, build_rollup(settings.model))
     if role == "ingest":
         return IngestWorker(settings, source, sink, models=models, metrics=metrics)
     state = TopicCheckpointStore(

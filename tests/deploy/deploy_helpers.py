@@ -34,6 +34,8 @@ CONTRACT_METRICS: dict[str, str] = {
     "streammom_vocabulary_tokens": "gauge",
     "streammom_vocabulary_capacity_tokens": "gauge",
     "streammom_vocabulary_oov_tokens_total": "counter",
+    "streammom_vocabulary_recycled_columns_total": "counter",
+    "streammom_vocabulary_candidate_tokens": "gauge",
     # scale-out roles (docs/design.md §6)
     "streammom_role_info": "gauge",
     "streammom_learner_active": "gauge",
