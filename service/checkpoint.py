@@ -40,7 +40,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,9 +51,9 @@ from service.transport import Offsets, flatten_offsets, nest_offsets
 from streammom import StreamingHierarchy, __version__
 from streammom.serialization import (
     SnapshotFormatError,
-    archive_bytes,
     atomic_temp_files,
     atomic_write_bytes,
+    frozen_archive,
     read_archive,
 )
 
@@ -66,6 +66,7 @@ __all__ = [
     "NoValidCheckpointError",
     "decode_checkpoint",
     "encode_checkpoint",
+    "freeze_checkpoint",
 ]
 
 CHECKPOINT_KIND = "daemon-checkpoint"
@@ -123,6 +124,21 @@ def encode_checkpoint(
     created: float | None = None,
 ) -> bytes:
     """Serialise ``engine`` (a StreamingHierarchy) + ``offsets`` + ``counters`` to bytes."""
+    return freeze_checkpoint(engine, offsets, counters, created=created)()
+
+
+def freeze_checkpoint(
+    engine: StreamingHierarchy,
+    offsets: Mapping[tuple[str, int], int],
+    counters: Mapping[str, Any] | None = None,
+    *,
+    created: float | None = None,
+) -> Callable[[], bytes]:
+    """The checkpoint of the state as it is now, to be encoded later on any thread: the
+    manifest is serialised and the engine's arrays copied now
+    (:func:`streammom.serialization.frozen_archive`), so the loop can go on learning while a
+    background thread builds the bytes (:meth:`~service.checkpoint_policy.CheckpointPolicy.begin`).
+    Calling the result gives exactly :func:`encode_checkpoint`'s bytes."""
     manifest, arrays = engine.to_archive()
     out_manifest = {
         "format": "streammom",
@@ -135,10 +151,10 @@ def encode_checkpoint(
         "engine": manifest,
     }
     out_arrays = {f"{ENGINE_PREFIX}{k}": v for k, v in arrays.items()}
-    # no deflate on the loop (issue #14): the second-order sums are stored sparse when they
-    # are (moments.packed_archive), and what remains (tracked third-order sums, reservoirs) is
+    # no deflate (issue #14): the second-order sums are stored sparse when they are
+    # (moments.packed_archive), and what remains (tracked third-order sums, reservoirs) is
     # dense floats that deflate would halve at ~5x the cost of writing them
-    return archive_bytes(out_manifest, out_arrays, compresslevel=0)
+    return frozen_archive(out_manifest, out_arrays, compresslevel=0)
 
 
 def decode_checkpoint(data: bytes | str | os.PathLike[str]) -> Checkpoint:
@@ -177,6 +193,10 @@ def decode_checkpoint(data: bytes | str | os.PathLike[str]) -> Checkpoint:
 
 class CheckpointStore:
     """The checkpoint files of one worker in ``directory`` (current + previous)."""
+
+    #: Files may be written by a background thread (one write at a time, the loop's offsets
+    #: committed once it is durable: :class:`~service.checkpoint_policy.CheckpointPolicy`).
+    background_writes = True
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)

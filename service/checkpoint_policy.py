@@ -2,9 +2,17 @@
 
 One object holds what the loop needs (as Quix Streams' ``Checkpoint`` does): the records since
 the last checkpoint, its time, a pending request (a partition revocation) and the retry
-schedule after a failed write. The worker asks :meth:`CheckpointPolicy.due` and calls
-:meth:`CheckpointPolicy.commit`, which writes the state with its offsets and only then commits
-those offsets to the source (design §6: Kafka commits follow checkpoints).
+schedule after a failed write. The worker asks :meth:`CheckpointPolicy.due` and either
+
+* calls :meth:`CheckpointPolicy.commit`, which writes the state with its offsets and only then
+  commits those offsets to the source (design §6: Kafka commits follow checkpoints) — at
+  shutdown, on a partition revocation, and for stores written on the loop; or
+* calls :meth:`CheckpointPolicy.begin`, which takes a consistent copy of the state on the loop
+  (the manifest serialised, the arrays copied: tens of milliseconds) and hands the encoding
+  and the durable write to one background thread, then :meth:`CheckpointPolicy.finish` on
+  later iterations, which commits the offsets *of that copy* once the write is durable. The
+  loop never waits for the disk; at most one write is in flight; a later synchronous
+  checkpoint waits for it first, so two writes never race on the same files.
 """
 
 from __future__ import annotations
@@ -13,9 +21,11 @@ import errno
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from service.checkpoint import CheckpointStore, encode_checkpoint
+from service.checkpoint import CheckpointStore, freeze_checkpoint
 from service.metrics import WorkerMetrics
 from service.startup import offset_labels
 from service.transport import TopicPartition, TransportError
@@ -24,6 +34,18 @@ from streammom import StreamingHierarchy
 __all__ = ["CheckpointPolicy"]
 
 _log = logging.getLogger("streammom.worker")
+
+
+@dataclass
+class _Write:
+    """A checkpoint being written by the background thread."""
+
+    future: Future[int]  # bytes written
+    offsets: dict[TopicPartition, int]  # the offsets the copied state covers
+    records: int  # records_since when the copy was taken
+    requested: bool  # a request the copy answers (made again if the write fails)
+    taken_at: float  # monotonic time of the copy
+    t0: float  # perf_counter at the copy (the log's duration)
 
 
 class CheckpointPolicy:
@@ -52,17 +74,24 @@ class CheckpointPolicy:
         self.records_since = 0  # input records (valid or not) since the last checkpoint
         self.last_written = time.monotonic()
         self.requested = False
+        self.urgent = False  # the request must be written on the loop (a revocation)
         self.ok = True  # False from a failed write until one succeeds (readiness)
         self.failures = 0  # consecutive failed writes
         self.retry_at = 0.0  # monotonic time before which no retry is attempted
+        self._write: _Write | None = None  # the background write in flight
+        self._writer: ThreadPoolExecutor | None = None
+        self._directory = ""  # where the background write goes (for its error log)
+        self.last_offsets: dict[TopicPartition, int] = {}  # those of the last good checkpoint
 
     def add_records(self, n: int) -> None:
         """``n`` more input records are covered by the in-memory state."""
         self.records_since += n
 
-    def request(self) -> None:
-        """Checkpoint at the next opportunity (partitions are being revoked)."""
+    def request(self, *, urgent: bool = True) -> None:
+        """Checkpoint at the next opportunity: ``urgent`` (partitions are being revoked) on the
+        loop, before it goes on; else (a new model) possibly in the background."""
         self.requested = True
+        self.urgent = self.urgent or urgent
 
     @property
     def pending(self) -> bool:
@@ -77,13 +106,20 @@ class CheckpointPolicy:
             or self.records_since >= self.every_events
             or (self.pending and now - self.last_written >= self.every_seconds)
         )
-        return wanted and now >= self.retry_at
+        return wanted and now >= self.retry_at and self._write is None
 
-    def written(self) -> None:
-        """A checkpoint was written: start counting again and clear any failure."""
-        self.records_since = 0
-        self.last_written = time.monotonic()
-        self.requested = False
+    @property
+    def in_flight(self) -> bool:
+        """A background write has started and its outcome is not yet handled."""
+        return self._write is not None
+
+    def written(self, *, records: int | None = None, taken_at: float | None = None) -> None:
+        """A checkpoint was written: start counting again and clear any failure. A background
+        write covers the ``records`` counted when its copy was ``taken_at``; later ones stay."""
+        self.records_since = 0 if records is None else max(0, self.records_since - records)
+        self.last_written = time.monotonic() if taken_at is None else taken_at
+        if records is None:
+            self.requested = self.urgent = False
         self.ok = True
         self.failures = 0
         self.retry_at = 0.0
@@ -108,7 +144,7 @@ class CheckpointPolicy:
         last_offsets: Mapping[TopicPartition, int],
     ) -> bool:
         """Write the checkpoint (state + ``offsets``) atomically, then commit ``offsets``;
-        False if the write failed.
+        False if the write failed. A background write still in flight is finished first.
 
         A write error (:class:`OSError`: ``ENOSPC``, ``EACCES``, ``EIO`` …) does not stop the
         loop: nothing is committed, ``streammom_checkpoint_failures_total`` is incremented,
@@ -119,28 +155,96 @@ class CheckpointPolicy:
         readiness. A failed commit is only logged: the checkpoint is the truth, and the next
         one commits again.
         """
+        self.finish(wait=True, commit_offsets=commit_offsets, metrics=metrics,
+                    last_offsets=last_offsets, directory=str(store.directory))
         t0 = time.perf_counter()
-        data = encode_checkpoint(engine, dict(offsets), dict(counters))
         try:
-            store.save(data)
+            size = _save(store, freeze_checkpoint(engine, dict(offsets), dict(counters)))
         except OSError as exc:
-            delay = self.failed()
-            metrics.checkpoint_failures.inc()
-            metrics.ready.set(0)
-            _log.error(
-                "checkpoint write failed; not committing, still processing (the events since "
-                "the last checkpoint are replayed after a crash); retrying with backoff",
-                extra={"dir": str(store.directory), "error": str(exc),
-                       "errno": errno.errorcode.get(exc.errno or 0, exc.errno),
-                       "failures": self.failures, "retry_in_s": round(delay, 3),
-                       "last_checkpoint_offsets": offset_labels(last_offsets)})
+            self._failed_write(exc, metrics, last_offsets, str(store.directory))
             return False
+        self._recovered()
+        self.written()
+        self._succeeded(dict(offsets), size, t0, commit_offsets, metrics)
+        return True
+
+    def begin(
+        self,
+        store: CheckpointStore,
+        engine: StreamingHierarchy,
+        offsets: Mapping[TopicPartition, int],
+        counters: Mapping[str, Any],
+    ) -> None:
+        """Start a background checkpoint: copy the state now (:func:`freeze_checkpoint`), encode
+        and write it on the writer thread; :meth:`finish` handles the outcome. Only when no
+        write is in flight (:meth:`due` says so)."""
+        assert self._write is None, "one background checkpoint at a time"
+        t0 = time.perf_counter()
+        build = freeze_checkpoint(engine, dict(offsets), dict(counters))
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="streammom-checkpoint")
+        self._write = _Write(self._writer.submit(_save, store, build), dict(offsets),
+                             self.records_since, self.requested, time.monotonic(), t0)
+        self.requested = False
+        self._directory = str(store.directory)
+
+    def finish(
+        self,
+        *,
+        wait: bool,
+        commit_offsets: Callable[[dict[TopicPartition, int]], None],
+        metrics: WorkerMetrics,
+        last_offsets: Mapping[TopicPartition, int],
+        directory: str = "",
+    ) -> bool | None:
+        """Handle the outcome of the background write, if it ended (or ``wait``): on success
+        the offsets of its copy are committed (the state they belong to is durable); on an
+        :class:`OSError` the failure path of :meth:`commit`. None when no write ended."""
+        job = self._write
+        if job is None or not (wait or job.future.done()):
+            return None
+        self._write = None
+        try:
+            size = job.future.result()
+        except OSError as exc:
+            self.requested = self.requested or job.requested
+            self._failed_write(exc, metrics, last_offsets, directory or self._directory)
+            return False
+        self._recovered()
+        self.written(records=job.records, taken_at=job.taken_at)
+        self._succeeded(job.offsets, size, job.t0, commit_offsets, metrics)
+        return True
+
+    def close(self) -> None:
+        """Stop the writer thread (after :meth:`finish` with ``wait``)."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+
+    def _recovered(self) -> None:
         if not self.ok:
             _log.info("checkpoint written again; committing",
                       extra={"failed_attempts": self.failures})
-        self.written()
+
+    def _failed_write(self, exc: OSError, metrics: WorkerMetrics,
+                      last_offsets: Mapping[TopicPartition, int], directory: str) -> None:
+        delay = self.failed()
+        metrics.checkpoint_failures.inc()
+        metrics.ready.set(0)
+        _log.error(
+            "checkpoint write failed; not committing, still processing (the events since "
+            "the last checkpoint are replayed after a crash); retrying with backoff",
+            extra={"dir": directory, "error": str(exc),
+                   "errno": errno.errorcode.get(exc.errno or 0, exc.errno),
+                   "failures": self.failures, "retry_in_s": round(delay, 3),
+                   "last_checkpoint_offsets": offset_labels(last_offsets)})
+
+    def _succeeded(self, offsets: dict[TopicPartition, int], size: int, t0: float,
+                   commit_offsets: Callable[[dict[TopicPartition, int]], None],
+                   metrics: WorkerMetrics) -> None:
+        self.last_offsets = offsets
         metrics.last_checkpoint.set(time.time())
-        _log.debug("checkpoint written", extra={"bytes": len(data),
+        _log.debug("checkpoint written", extra={"bytes": size,
                                                 "seconds": round(time.perf_counter() - t0, 4)})
         if offsets:
             try:
@@ -149,4 +253,10 @@ class CheckpointPolicy:
                 # Not a readiness signal: a commit sent during an outage fails afterwards.
                 _log.warning("commit failed; will commit with the next checkpoint",
                              extra={"error": repr(exc)})
-        return True
+
+
+def _save(store: CheckpointStore, build: Callable[[], bytes]) -> int:
+    """Encode a frozen checkpoint and write it durably (the writer thread's job); its size."""
+    data = build()
+    store.save(data)
+    return len(data)

@@ -278,6 +278,12 @@ class CheckpointSettings(_Section):
     dir: Path = Path("/var/lib/streammom")
     every_events: int = Field(default=50_000, ge=1)
     every_seconds: float = Field(default=30.0, gt=0)
+    background: bool = Field(
+        default=True,
+        description="write scheduled checkpoints off the loop: the state is copied on the loop "
+                    "and encoded and written by a background thread; offsets are committed "
+                    "once the write is durable (revocations and shutdown write on the loop)",
+    )
     on_refit: bool = Field(
         default=True,
         description="also checkpoint right after every refit: the new model is on disk "

@@ -463,7 +463,7 @@ class Worker:
                                   "events_seen": int(engine.n_events_seen_)})
         self._write_report()
         if self.settings.checkpoint.on_refit:  # the new model on disk soon after it exists
-            self.checkpoints.request()
+            self.checkpoints.request(urgent=False)
 
     def _write_report(self) -> None:
         """Rewrite the configured HTML report of the current model (never stops the loop)."""
@@ -569,13 +569,44 @@ class Worker:
                    "reset_to": first},
         )
 
+    #: Scheduled checkpoints are copied on the loop and written by a background thread
+    #: (:meth:`CheckpointPolicy.begin`) when the store allows it; roles whose checkpoint is a
+    #: commit or a topic write turn this off.
+    background_checkpoints = True
+
     def _maybe_checkpoint(self, result: BatchResult | None = None) -> None:
-        """Checkpoint when the policy says it is due (records, time, a revocation; never
-        before a failed write's retry time, so a full disk is not hit on every batch)."""
-        if self.checkpoints.due():
-            ok = self.checkpoint()
+        """Finish a background checkpoint that ended; checkpoint when the policy says it is
+        due (records, time, a request; never before a failed write's retry time, so a full
+        disk is not hit on every batch). A revocation is written on the loop; the rest, with
+        a store that allows it, in the background (design §6 "checkpoints")."""
+        self._finish_checkpoint(wait=False)
+        if not self.checkpoints.due():
+            return
+        if (self.background_checkpoints and self.settings.checkpoint.background
+                and getattr(self.store, "background_writes", False)
+                and not self.checkpoints.urgent):
+            with self._lock:
+                offsets = dict(self.offsets)
+            self.checkpoints.begin(self.store, self.engine, offsets, self.counters)
             if result is not None:
-                result.checkpointed = ok
+                result.checkpointed = True
+            return
+        ok = self.checkpoint()
+        if result is not None:
+            result.checkpointed = ok
+
+    def _finish_checkpoint(self, *, wait: bool) -> bool | None:
+        """The outcome of the background checkpoint if it ended (or ``wait``): its offsets
+        are committed once it is durable (:meth:`CheckpointPolicy.finish`)."""
+        if not self.checkpoints.in_flight:
+            return None
+        ok = self.checkpoints.finish(wait=wait, commit_offsets=self.source.commit,
+                                     metrics=self.metrics,
+                                     last_offsets=self.last_checkpoint_offsets,
+                                     directory=str(self.store.directory))
+        if ok:
+            self.last_checkpoint_offsets = self.checkpoints.last_offsets
+        return ok
 
     def checkpoint(self) -> bool:
         """Write the checkpoint (state + offsets), then commit those offsets; False if the
@@ -620,6 +651,7 @@ class Worker:
                 force=self.publisher.published_version != int(self._engine.model_version_))
         if not self._flush():
             return self._abort()
+        self._finish_checkpoint(wait=True)
         if self._engine is not None and self._checkpoint_due_at_shutdown() \
                 and not self.checkpoint():
             _log.error("final checkpoint failed; exiting 1 without committing (the events "
@@ -641,6 +673,8 @@ class Worker:
         return 1
 
     def _close(self) -> None:
+        self._finish_checkpoint(wait=True)
+        self.checkpoints.close()
         for closer in (self.source.close, self.sink.close):
             try:
                 closer()

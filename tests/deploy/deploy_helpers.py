@@ -18,6 +18,7 @@ DEPLOY = REPO / "deploy"
 #: The daemon's metrics contract (exact exposition names; histograms as their base name).
 CONTRACT_METRICS: dict[str, str] = {
     "streammom_events_processed_total": "counter",
+    "streammom_events_without_features_total": "counter",
     "streammom_events_rejected_total": "counter",
     "streammom_messages_dropped_total": "counter",
     "streammom_batch_duration_seconds": "histogram",

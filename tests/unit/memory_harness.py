@@ -17,8 +17,10 @@ IN = "streammom.events"
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {"max_depth": 2, "max_leaves": 4, "min_split_weight": 100.0,
               "refit_every": 500, "reservoir_size": 256, "vocabulary_capacity": 128},
-    # checkpoints on the event schedule only: the tests count them (on_refit has its own test)
-    "checkpoint": {"every_events": 1000, "every_seconds": 3600, "on_refit": False},
+    # checkpoints on the event schedule only, written on the loop: the tests count them
+    # (on_refit and background writes have their own tests)
+    "checkpoint": {"every_events": 1000, "every_seconds": 3600, "on_refit": False,
+                   "background": False},
     "worker": {"batch_max_records": 250, "poll_timeout_s": 0.01,
                "backoff_initial_s": 0.01, "backoff_max_s": 0.05},
     "http": {"enabled": False},

@@ -1,0 +1,125 @@
+"""Checkpoints written off the loop (issue #14 item 3; docs/design.md §6 "checkpoints"): the
+state is copied on the loop, encoded and written by one background thread, and its offsets are
+committed only once the write is durable; revocations and shutdown write on the loop."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from memory_harness import IN, fill_cohort, memory_worker, small_settings
+
+import service.checkpoint as checkpoint_module
+from service.checkpoint import decode_checkpoint, encode_checkpoint, freeze_checkpoint
+from service.memory_transport import MemoryBroker
+
+
+class _SlowDisk:
+    """``atomic_write_bytes`` that holds every write until ``release`` is set (or fails)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.full = False
+        self.writes = 0
+
+    def __call__(self, path: Path, data: bytes) -> None:
+        self.started.set()
+        assert self.release.wait(30), "the test never released the write"
+        self.writes += 1
+        if self.full:
+            raise OSError(28, "No space left on device")
+        self.real(path, data)
+
+
+def _background_worker(tmp_path: Path, broker: MemoryBroker, **checkpoint: Any):
+    settings = small_settings(tmp_path, checkpoint={"background": True, **checkpoint})
+    worker = memory_worker(settings, broker)
+    worker.restore()
+    return worker
+
+
+def _batch(worker) -> None:
+    assert worker.process_batch(worker.source.poll(250, 0.0))
+
+
+def test_the_loop_goes_on_while_the_write_is_in_flight_and_commits_what_it_covers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    disk = _SlowDisk(checkpoint_module.atomic_write_bytes)
+    monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
+    broker = MemoryBroker()
+    fill_cohort(broker, 3000)
+    worker = _background_worker(tmp_path, broker)
+    for _ in range(4):  # 1,000 records: the checkpoint is due, copied and handed over
+        _batch(worker)
+    assert disk.started.wait(30) and worker.checkpoints.in_flight
+    seen_at_copy = worker.engine.n_events_seen_
+    for _ in range(4):  # the loop learns on while the disk holds the write
+        _batch(worker)
+    assert worker.offsets == {(IN, 0): 2000}
+    assert broker.commit_log == [] and not worker.store.path.exists()
+    assert worker.checkpoints.in_flight and not worker.checkpoints.due()
+    disk.release.set()
+    worker.checkpoints._write.future.result(30)  # durable now; the next loop step commits
+    _batch(worker)
+    assert broker.commit_log[0] == ("streammom", {(IN, 0): 1000})
+    ckpt = decode_checkpoint(worker.store.path)
+    assert ckpt.offsets == {(IN, 0): 1000}  # the copy's offsets, not the loop's
+    assert ckpt.engine().n_events_seen_ == seen_at_copy
+    assert worker.last_checkpoint_offsets == {(IN, 0): 1000}
+    assert worker.checkpoints.records_since == 1250  # what came after the copy still counts
+    assert worker.shutdown() == 0  # the final checkpoint covers everything
+    assert decode_checkpoint(worker.store.path).offsets == {(IN, 0): 2250}
+    assert broker.commit_log[-1] == ("streammom", {(IN, 0): 2250})
+
+
+def test_a_failed_background_write_commits_nothing_and_is_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    disk = _SlowDisk(checkpoint_module.atomic_write_bytes)
+    disk.full = True
+    disk.release.set()
+    monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
+    broker = MemoryBroker()
+    fill_cohort(broker, 3000)
+    worker = _background_worker(tmp_path, broker)
+    for _ in range(4):
+        _batch(worker)
+    worker.checkpoints._write.future.exception(30)
+    _batch(worker)  # the failure is handled on the loop
+    assert worker.metrics.checkpoint_failures._value.get() == 1
+    assert broker.commit_log == [] and not worker.readiness()[0]
+    assert worker.checkpoints.records_since == 1250  # nothing was covered
+    disk.full = False
+    worker.checkpoints.retry_at = 0.0  # the backoff has passed
+    _batch(worker)  # due again (≥ every_events): a new copy goes to the writer
+    worker._finish_checkpoint(wait=True)
+    assert broker.commit_log == [("streammom", {(IN, 0): 1500})]
+    assert worker.readiness()[1]["checkpoint"] is True
+
+
+def test_a_revocation_is_written_on_the_loop(tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    fill_cohort(broker, 1000)
+    worker = _background_worker(tmp_path, broker)
+    _batch(worker)
+    worker._on_revoke([(IN, 0)])
+    worker._maybe_checkpoint()
+    assert not worker.checkpoints.in_flight  # written synchronously, already committed
+    assert broker.commit_log == [("streammom", {(IN, 0): 250})]
+
+
+def test_a_frozen_checkpoint_is_the_state_when_it_was_taken(tmp_path: Path) -> None:
+    broker = MemoryBroker()
+    fill_cohort(broker, 1000)
+    worker = _background_worker(tmp_path, broker)
+    for _ in range(2):
+        _batch(worker)
+    engine, offsets = worker.engine, dict(worker.offsets)
+    before = encode_checkpoint(engine, offsets, {"n": 1}, created=1.0)
+    build = freeze_checkpoint(engine, offsets, {"n": 1}, created=1.0)
+    for _ in range(2):
+        _batch(worker)  # the sums change in place
+    assert build() == before != encode_checkpoint(engine, offsets, {"n": 1}, created=1.0)
