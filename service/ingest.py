@@ -39,6 +39,8 @@ _log = logging.getLogger("streammom.ingest")
 class IngestWorker(Worker):
     """Decode, dead-letter, assign and forward frames (see the module docstring)."""
 
+    background_checkpoints = False  # its checkpoint is a commit of what was acknowledged
+
     def __init__(self, settings: Settings, source: Source, sink: Sink, *,
                  models: ModelFollower, metrics: WorkerMetrics | None = None,
                  exit_when_idle: bool = False,

@@ -65,6 +65,8 @@ class LearnerWorker(Worker):
     checkpoints in the learner-state topic; ``models`` follows the models topic (to fence).
     """
 
+    background_checkpoints = False  # the state topic is written with the loop's producer
+
     def __init__(self, settings: Settings, source: Source, sink: Sink, *,
                  state: TopicCheckpointStore, models: ModelFollower,
                  metrics: WorkerMetrics | None = None,
