@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import tempfile
@@ -69,6 +70,8 @@ def run_bare(bootstrap: str, topic: str, n: int, batch: int) -> float:
                              max_poll_records=batch)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
                              batch_size=256 * 1024, compression_type="gzip")
+    gc.collect()
+    gc.freeze()  # as the daemon does after start-up (service.worker.settle_heap)
     done, t0 = 0, None
     while done < n:
         polled = consumer.poll(timeout_ms=500, max_records=batch)

@@ -29,7 +29,7 @@ from service.frames import FRAME_CONTENT_TYPE, encode_frame
 from service.metrics import WorkerMetrics
 from service.model_follower import ModelFollower
 from service.transport import Record, Sink, Source, TopicPartition, TransportError
-from service.worker import BatchResult, Worker
+from service.worker import BatchResult, Worker, settle_heap
 
 __all__ = ["IngestWorker"]
 
@@ -59,6 +59,7 @@ class IngestWorker(Worker):
         self._retrying(self.models.catch_up)
         self._observe_model()
         self.restored = True
+        settle_heap()
 
     def _on_assign(self, tps: list[TopicPartition]) -> None:
         """Resume from the group's committed offsets (nothing to seek: no state)."""

@@ -45,7 +45,7 @@ from service.model_follower import ModelFollower
 from service.startup import offset_labels, restored_counters
 from service.state_topic import TopicCheckpointStore
 from service.transport import Record, Sink, Source, TopicPartition
-from service.worker import EXIT_CANNOT_START, BatchResult, Worker
+from service.worker import EXIT_CANNOT_START, BatchResult, Worker, settle_heap
 from streammom import StreamingHierarchy
 
 __all__ = ["BAD_FRAME", "FRAMES_PER_BLOCK", "LearnerWorker"]
@@ -93,6 +93,7 @@ class LearnerWorker(Worker):
         self._load_kernels()
         self._identify()
         self.restored = True
+        settle_heap()
 
     def _on_assign(self, tps: list[TopicPartition]) -> None:
         with self._lock:

@@ -246,7 +246,7 @@ class MomentAccumulator:
             self.T = np.vstack([self.T, np.zeros((d_new - d, self.T.shape[1]))])
         self.n_features = d_new
 
-    def remove_columns(self, columns: np.ndarray) -> None:
+    def remove_columns(self, columns: np.ndarray, positions: np.ndarray | None = None) -> None:
         """Remove features ``columns`` from the sums (a recycled vocabulary column, design §2).
 
         Exact for W (events stay), s and C (their lines are the removed features' sums, set
@@ -257,7 +257,9 @@ class MomentAccumulator:
         bounded by the removed features' weight (the rarest columns). A basis that lived on
         the removed rows (|R_ii| < 10⁻³) is dropped with T: the next refit rebuilds both from
         the reservoir, as a rebase does. Single-topic sums (T2, T3 need each document's length
-        without the removed tokens) cannot be corrected and are refused.
+        without the removed tokens) cannot be corrected and are refused. ``positions``: the
+        columns' packed positions (:func:`~streammom.packed.packed_line_positions`), when the
+        caller removes the same columns from many nodes.
         """
         cols = np.asarray(columns, dtype=np.int64)
         if cols.size == 0:
@@ -265,7 +267,9 @@ class MomentAccumulator:
         if self.family != "bernoulli":
             raise ValueError("columns can be removed exactly from Bernoulli sums only")
         self.s[cols] = 0.0
-        if self.C is not None:
+        if isinstance(self.C, np.ndarray) and positions is not None:
+            self.C[positions] = 0.0
+        elif self.C is not None:
             zero_packed_lines(self.C, cols, self.n_features)
         if self.basis is None:
             return

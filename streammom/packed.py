@@ -25,6 +25,7 @@ __all__ = [
     "pack_symmetric",
     "packed_archive",
     "packed_from_archive",
+    "packed_line_positions",
     "packed_outer",
     "packed_row_col",
     "packed_size",
@@ -156,10 +157,21 @@ def zero_packed_lines(C: Packed, columns: np.ndarray, d: int) -> None:
     if isinstance(C, SparsePacked):
         C.zero_lines(columns, d)
         return
+    C[packed_line_positions(columns, d)] = 0.0
+
+
+def packed_line_positions(columns: np.ndarray, d: int) -> np.ndarray:
+    """Packed positions of every entry in the rows and columns ``columns`` (with repeats).
+
+    >>> packed_line_positions(np.array([1]), 3).tolist()
+    [1, 3, 4]
+    """
     off = row_offsets(d)
+    parts = []
     for j in np.asarray(columns, dtype=np.int64).tolist():
-        C[off[:j] + j] = 0.0  # (i, j), i < j
-        C[off[j] + j: off[j] + d] = 0.0  # (j, k), k ≥ j
+        parts.append(off[:j] + j)  # (i, j), i < j
+        parts.append(np.arange(off[j] + j, off[j] + d))  # (j, k), k ≥ j
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def add_into(out: np.ndarray, C: Packed) -> None:
@@ -304,15 +316,22 @@ def _packed_outer_rows(Zt: np.ndarray, Zwt: np.ndarray, out: np.ndarray) -> None
 
 
 def rotate_packed_third(T: np.ndarray, Q: np.ndarray) -> np.ndarray:
-    """Change the basis of packed slices: T'_r = Qᵀ T_r Q for every r (Q: m × m')."""
+    """Change the basis of packed slices: T'_r = Qᵀ T_r Q for every r (Q: m × m').
+
+    One product T K, K the packed congruence of Q (m(m+1)/2 × m'(m'+1)/2): a slice stores
+    S_ab once for a ≤ b, and (QᵀSQ)_ce = Σ_{a<b} S_ab (Q_ac Q_be + Q_bc Q_ae) + Σ_a S_aa Q_ac Q_ae.
+    O(d · m² · m'²), no (d, m, m) temporaries.
+
+    >>> Q = np.array([[0.0, 1.0], [1.0, 0.0]])  # swap the two axes
+    >>> rotate_packed_third(np.array([[1.0, 2.0, 3.0]]), Q).tolist()  # [[1, 2], [2, 3]]
+    [[3.0, 2.0, 1.0]]
+    """
     m, m2 = Q.shape
     a, b = triu(m)
-    full = np.zeros((T.shape[0], m, m))
-    full[:, a, b] = T
-    full[:, b, a] = T
-    rot = np.einsum("pa,rpq,qb->rab", Q, full, Q, optimize=True)
-    a2, b2 = triu(m2)
-    return np.ascontiguousarray(rot[:, a2, b2])
+    c, e = triu(m2)
+    K = Q[a][:, c] * Q[b][:, e] + Q[b][:, c] * Q[a][:, e]
+    K[a == b] *= 0.5
+    return np.ascontiguousarray(T @ K)
 
 
 def add_packed_gram(C: np.ndarray, X: sp.csr_array, w: np.ndarray) -> None:

@@ -91,8 +91,9 @@ class Reservoir:
         if k == 0 or len(columns) == 0:
             return
         idx, val = self.indices[:k], self.values[:k]
-        keep = ((np.arange(idx.shape[1])[None, :] < self.lengths[:k, None])
-                & ~np.isin(idx, columns))
+        removed = np.zeros(self.n_features, dtype=bool)
+        removed[columns] = True
+        keep = (np.arange(idx.shape[1])[None, :] < self.lengths[:k, None]) & ~removed[idx]
         order = np.argsort(~keep, axis=1, kind="stable")  # kept entries first, in order
         idx[:] = np.take_along_axis(idx, order, axis=1)
         val[:] = np.take_along_axis(val, order, axis=1)

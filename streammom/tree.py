@@ -19,6 +19,7 @@ import numpy as np
 
 from streammom.model import Router, TreeNode
 from streammom.moments import MomentAccumulator
+from streammom.packed import packed_line_positions
 from streammom.reservoir import Reservoir
 from streammom.split import Split
 
@@ -82,8 +83,12 @@ def remove_tree_columns(nodes: Mapping[int, Node], columns: np.ndarray) -> None:
     (:meth:`~streammom.moments.MomentAccumulator.remove_columns`), the reservoir rows, and the
     routers' and discriminators' weights there (set to zero for both children: a row's
     routing no longer depends on them, and rows without them route as before)."""
+    if not len(columns) or not nodes:
+        return
+    d = next(iter(nodes.values())).acc.n_features
+    positions = packed_line_positions(columns, d)
     for v in nodes.values():
-        v.acc.remove_columns(columns)
+        v.acc.remove_columns(columns, positions)
         v.reservoir.remove_columns(columns)
         if v.router is not None:
             weights = v.router.weights.copy()

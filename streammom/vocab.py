@@ -226,7 +226,9 @@ class Vocabulary:
             cols = np.fromiter([get(t, -1) for t in flat], dtype=np.int64, count=len(flat))
         except TypeError:
             return None
-        for i in np.flatnonzero(cols < 0).tolist():  # unseen: check, grow in stream order
+        unseen = np.flatnonzero(cols < 0).tolist()
+        grows = self.growing and not self.is_full
+        for i in unseen if grows else ():  # check, grow in stream order
             cols[i] = self._lookup(flat[i])
         n, d = len(events), self.n_features
         rows = np.repeat(np.arange(n, dtype=np.int64),
@@ -234,8 +236,11 @@ class Vocabulary:
         known = cols >= 0
         dropped = np.flatnonzero(~known)
         if dropped.size:
+            tally = Counter(flat[i] for i in dropped.tolist())
+            for tok in tally if not grows else ():  # checked once per distinct token
+                _check_token(tok)
             self.oov_count += int(dropped.size)
-            self._offer(Counter(flat[i] for i in dropped.tolist()))
+            self._offer(tally)
         keys, mult = np.unique(rows[known] * d + cols[known], return_counts=True)
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(keys // d, minlength=n), out=indptr[1:])

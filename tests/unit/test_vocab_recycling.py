@@ -267,3 +267,11 @@ def test_ingest_side_routing_rolls_codes_up_like_the_learner():
                                                                    ).leaf_ids.tolist()
     bare, _ = model_assigner(eng.model_)
     assert bare.transform([["250.02", "E11.9"]]).nnz == 0
+
+
+@pytest.mark.parametrize("bad, error", [("", ValueError), (3, TypeError)])
+def test_a_full_vocabulary_still_refuses_bad_tokens(bad, error):
+    v = Vocabulary(capacity=2)
+    v.transform([["a", "b"]])
+    with pytest.raises(error):
+        v.transform([["a", "c"], ["d", bad]])
