@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
@@ -31,6 +32,8 @@ EIG_TOL = 1e-3  # residual ‖Au − θu‖ ≤ EIG_TOL·|θ₁|: far inside the
 EIG_WARM_ITER = 40
 EIG_COLD_ITER = 200
 CHILD_BASIS_ITER = 8
+#: New Krylov directions below this share of ‖AV‖ add nothing (the space is invariant there).
+KRYLOV_RANK_TOL = 1e-10
 SPARSE_BASIS_MIN_ROWS = 4
 
 
@@ -60,7 +63,10 @@ def block_krylov_top(
     for _ in range(max_iter):
         Wd = AV - V @ (V.T @ AV)
         Wd -= V @ (V.T @ Wd)
-        Wq, _ = np.linalg.qr(Wd)
+        Wq, Rw = np.linalg.qr(Wd)
+        floor = KRYLOV_RANK_TOL * max(float(np.linalg.norm(AV)), np.finfo(float).tiny)
+        if np.min(np.abs(np.diag(Rw)), initial=np.inf) <= floor:
+            Wq = _new_directions(Wd, V, floor)
         AW = matmul(Wq)
         K = np.hstack([V, Wq])
         AK = np.hstack([AV, AW])
@@ -74,6 +80,23 @@ def block_krylov_top(
         if float(np.max(np.linalg.norm(R, axis=0))) <= tol * scale:
             return theta, V, True
     return theta, V, False
+
+
+def _new_directions(Wd: np.ndarray, V: np.ndarray, floor: float) -> np.ndarray:
+    """The orthonormal directions of ``Wd`` (already orthogonal to V) above ``floor``.
+
+    On a rank-deficient operator (fewer non-zero eigenvalues than the block has columns) part
+    of the new block is rounding noise; a plain QR would turn it into unit vectors that are not
+    orthogonal to V, and the Rayleigh–Ritz step on [V, W] would then be wrong (no
+    convergence, and a fallback whose random restarts differ from call to call). A pivoted QR
+    keeps the directions that carry weight; they are orthogonalised against V once more.
+    """
+    Q, R, _ = scipy.linalg.qr(Wd, mode="economic", pivoting=True)
+    r = int(np.count_nonzero(np.abs(np.diag(R)) > floor))
+    if r == 0:
+        return np.zeros((V.shape[0], 0))
+    W = Q[:, :r] - V @ (V.T @ Q[:, :r])
+    return np.linalg.qr(W)[0]
 
 
 class ScratchBuffer:
