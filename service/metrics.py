@@ -240,7 +240,7 @@ class WorkerMetrics:
         if recycled > self._recycled_seen:
             self.vocabulary_recycled.inc(recycled - self._recycled_seen)
         self._recycled_seen = recycled
-        self.vocabulary_candidates.set(len(vocab.candidates))
+        self.vocabulary_candidates.set(vocab.n_candidates)
         if X is not None:
             empty = int((X.indptr[1:] == X.indptr[:-1]).sum())
             if empty:

@@ -626,7 +626,8 @@ class StreamingHierarchy(Estimator):
             return []
         assert self.n_features_ is not None
         columns = np.array(sorted(c for c, _ in swaps if c < self.n_features_), dtype=np.int64)
-        dropped = [vocab.tokens[c] for c, _ in swaps]
+        tokens = vocab.tokens
+        dropped = [tokens[c] for c, _ in swaps]
         remove_tree_columns(self.nodes_, columns)
         vocab.recycle(swaps)
         root = self.nodes_[self.root_id_]

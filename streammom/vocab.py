@@ -175,6 +175,11 @@ class Vocabulary:
         """The Misra–Gries counters of tokens waiting for a column (a copy)."""
         return dict(self._candidates)
 
+    @property
+    def n_candidates(self) -> int:
+        """How many tokens wait for a column."""
+        return len(self._candidates)
+
     def index(self, token: str) -> int:
         """Column of a known token (KeyError otherwise)."""
         return self._index[token]
