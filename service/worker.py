@@ -622,7 +622,9 @@ class Worker:
     def checkpoint(self) -> bool:
         """Write the checkpoint (state + offsets), then commit those offsets; False if the
         write failed (:meth:`~service.checkpoint_policy.CheckpointPolicy.commit`: the loop
-        goes on uncommitted, not ready, and retries with backoff)."""
+        goes on uncommitted, not ready, and retries with backoff). A background write still
+        in flight is finished first."""
+        self._finish_checkpoint(wait=True)
         with self._lock:
             offsets = dict(self.offsets)
         ok = self.checkpoints.commit(self.store, self.engine, offsets, self.counters,

@@ -138,3 +138,20 @@ def test_start_up_objects_leave_the_collectors_generations(tmp_path: Path) -> No
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_a_checkpoint_on_the_loop_finishes_the_one_in_flight_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    disk = _SlowDisk(checkpoint_module.atomic_write_bytes)
+    monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
+    broker = MemoryBroker()
+    fill_cohort(broker, 3000)
+    worker = _background_worker(tmp_path, broker)
+    for _ in range(4):
+        _batch(worker)
+    assert disk.started.wait(30) and worker.checkpoints.in_flight
+    _batch(worker)
+    disk.release.set()
+    assert worker.checkpoint()  # waits for the background write, then writes its own
+    assert broker.commit_log == [("streammom", {(IN, 0): 1000}), ("streammom", {(IN, 0): 1250})]
+    assert disk.writes == 2 and worker.last_checkpoint_offsets == {(IN, 0): 1250}
