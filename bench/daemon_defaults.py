@@ -33,12 +33,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon_throughput import run_bare
-from kafka_bench import create_topics, drive, kafka_bootstrap, produce
+from kafka_bench import create_topics, daemon_worker, drive, kafka_bootstrap, produce
 
-from service.commands.run import role_source, role_worker
 from service.config import load_settings
-from service.kafka_sink import KafkaSink
-from service.metrics import WorkerMetrics
 
 N_CODES, N_GROUPS, FAVOURED = 5_000, 8, 100
 
@@ -94,8 +91,7 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
         from service.kafka_clients import ensure_topics
 
         ensure_topics(settings.kafka, settings.topics)
-        worker = role_worker(settings, role_source(settings), KafkaSink(settings.kafka),
-                             WorkerMetrics(), embedded=False)
+        worker = daemon_worker(settings)
         seconds, stall = drive(worker, lambda: worker.counters["processed"] >= n)
         engine = worker.engine
         return {"daemon_events_per_s": n / seconds, "longest_stall_s": stall,

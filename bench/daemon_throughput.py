@@ -26,14 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.structs import OffsetAndMetadata
-from kafka_bench import create_topics, drive, kafka_bootstrap, produce
+from kafka_bench import create_topics, daemon_worker, drive, kafka_bootstrap, produce
 
 from service.commands.produce import sample_messages
 from service.config import load_settings
-from service.kafka_sink import KafkaSink
-from service.kafka_source import KafkaSource
-from service.metrics import WorkerMetrics
-from service.worker import Worker
 
 
 def produce_events(bootstrap: str, topic: str, n: int) -> None:
@@ -56,8 +52,7 @@ def run_daemon(bootstrap: str, topic: str, n: int, batch: int) -> float:
         })
         create_topics(bootstrap, {t: (1, False) for t in (
             settings.topics.assignments, settings.topics.models, settings.topics.dead_letters)})
-        worker = Worker(settings, KafkaSource(settings.kafka, topic, max_poll_records=batch),
-                        KafkaSink(settings.kafka), metrics=WorkerMetrics())
+        worker = daemon_worker(settings)
         seconds, _ = drive(worker, lambda: worker.counters["processed"] >= n)
     return n / seconds
 

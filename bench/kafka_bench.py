@@ -9,9 +9,19 @@ from collections.abc import Callable, Iterable, Iterator
 
 from kafka import KafkaAdminClient, KafkaProducer
 
+from service.commands.run import role_source, role_worker
+from service.config import Settings
+from service.kafka_sink import KafkaSink
+from service.metrics import WorkerMetrics
 from service.worker import Worker
 
-__all__ = ["create_topics", "drive", "kafka_bootstrap", "produce"]
+__all__ = ["create_topics", "daemon_worker", "drive", "kafka_bootstrap", "produce"]
+
+
+def daemon_worker(settings: Settings) -> Worker:
+    """The worker ``streammom run`` builds for ``settings`` (its ``worker.role``), on Kafka."""
+    return role_worker(settings, role_source(settings), KafkaSink(settings.kafka),
+                       WorkerMetrics(), embedded=False)
 
 
 @contextlib.contextmanager

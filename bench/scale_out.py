@@ -31,13 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon_throughput import produce_events
-from kafka_bench import create_topics, drive, kafka_bootstrap
+from kafka_bench import create_topics, daemon_worker, drive, kafka_bootstrap
 
-from service.commands.run import role_source, role_worker
 from service.config import Settings, load_settings
-from service.kafka_sink import KafkaSink
-from service.metrics import WorkerMetrics
-from service.worker import Worker
 
 
 def _settings(bootstrap: str, prefix: str, role: str, tmp: str) -> Settings:
@@ -51,11 +47,6 @@ def _settings(bootstrap: str, prefix: str, role: str, tmp: str) -> Settings:
         "worker": {"role": role},
         "http": {"enabled": False},
     })
-
-
-def _worker(settings: Settings) -> Worker:
-    return role_worker(settings, role_source(settings), KafkaSink(settings.kafka),
-                       WorkerMetrics(), embedded=False)
 
 
 def main() -> None:
@@ -73,12 +64,12 @@ def main() -> None:
                                   f"{prefix}.models": (1, True), f"{prefix}.state": (1, True)})
         produce_events(bootstrap, f"{prefix}.events", n)
         with tempfile.TemporaryDirectory() as tmp:
-            ingest = _worker(_settings(bootstrap, prefix, "ingest", tmp))
+            ingest = daemon_worker(_settings(bootstrap, prefix, "ingest", tmp))
             t_ingest, _ = drive(ingest, lambda: ingest.counters["processed"] >= n)
-            learner = _worker(_settings(bootstrap, prefix, "learner", tmp))
+            learner = daemon_worker(_settings(bootstrap, prefix, "learner", tmp))
             t_learner, _ = drive(learner, lambda: learner.counters["processed"] >= n,
                                  lambda: learner.active)
-            one = _worker(_settings(bootstrap, prefix, "all", tmp))
+            one = daemon_worker(_settings(bootstrap, prefix, "all", tmp))
             t_all, _ = drive(one, lambda: one.counters["processed"] >= n)
     ingest_rate, learner_rate, all_rate = n / t_ingest, n / t_learner, n / t_all
     print(json.dumps({

@@ -194,10 +194,6 @@ def decode_checkpoint(data: bytes | str | os.PathLike[str]) -> Checkpoint:
 class CheckpointStore:
     """The checkpoint files of one worker in ``directory`` (current + previous)."""
 
-    #: Files may be written by a background thread (one write at a time, the loop's offsets
-    #: committed once it is durable: :class:`~service.checkpoint_policy.CheckpointPolicy`).
-    background_writes = True
-
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.path = self.directory / CHECKPOINT_NAME

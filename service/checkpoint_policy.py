@@ -45,7 +45,6 @@ class _Write:
     records: int  # records_since when the copy was taken
     requested: bool  # a request the copy answers (made again if the write fails)
     taken_at: float  # monotonic time of the copy
-    t0: float  # perf_counter at the copy (the log's duration)
 
 
 class CheckpointPolicy:
@@ -81,7 +80,9 @@ class CheckpointPolicy:
         self._write: _Write | None = None  # the background write in flight
         self._writer: ThreadPoolExecutor | None = None
         self._directory = ""  # where the background write goes (for its error log)
-        self.last_offsets: dict[TopicPartition, int] = {}  # those of the last good checkpoint
+        #: The offsets of the last good checkpoint (the restored one at start; logged when a
+        #: write fails).
+        self.last_offsets: dict[TopicPartition, int] = {}
 
     def add_records(self, n: int) -> None:
         """``n`` more input records are covered by the in-memory state."""
@@ -141,7 +142,6 @@ class CheckpointPolicy:
         *,
         commit_offsets: Callable[[dict[TopicPartition, int]], None],
         metrics: WorkerMetrics,
-        last_offsets: Mapping[TopicPartition, int],
     ) -> bool:
         """Write the checkpoint (state + ``offsets``) atomically, then commit ``offsets``;
         False if the write failed. A background write still in flight is finished first.
@@ -149,23 +149,23 @@ class CheckpointPolicy:
         A write error (:class:`OSError`: ``ENOSPC``, ``EACCES``, ``EIO`` …) does not stop the
         loop: nothing is committed, ``streammom_checkpoint_failures_total`` is incremented,
         ``streammom_last_checkpoint_timestamp_seconds`` stays at the last good one, readiness
-        turns false (:attr:`ok`) and the error is logged (with ``last_offsets``, the ones the
-        last good checkpoint covers). The retry waits ``backoff_initial_s``, doubling per
+        turns false (:attr:`ok`) and the error is logged (with :attr:`last_offsets`, the ones
+        the last good checkpoint covers). The retry waits ``backoff_initial_s``, doubling per
         consecutive failure up to ``every_seconds``; the first success commits and restores
         readiness. A failed commit is only logged: the checkpoint is the truth, and the next
         one commits again.
         """
-        self.finish(wait=True, commit_offsets=commit_offsets, metrics=metrics,
-                    last_offsets=last_offsets, directory=str(store.directory))
-        t0 = time.perf_counter()
+        self.finish(wait=True, commit_offsets=commit_offsets, metrics=metrics)
+        self._directory = str(store.directory)
+        taken_at = time.monotonic()
         try:
             size = _save(store, freeze_checkpoint(engine, dict(offsets), dict(counters)))
         except OSError as exc:
-            self._failed_write(exc, metrics, last_offsets, str(store.directory))
+            self._failed_write(exc, metrics)
             return False
         self._recovered()
         self.written()
-        self._succeeded(dict(offsets), size, t0, commit_offsets, metrics)
+        self._succeeded(dict(offsets), size, taken_at, commit_offsets, metrics)
         return True
 
     def begin(
@@ -179,12 +179,12 @@ class CheckpointPolicy:
         and write it on the writer thread; :meth:`finish` handles the outcome. Only when no
         write is in flight (:meth:`due` says so)."""
         assert self._write is None, "one background checkpoint at a time"
-        t0 = time.perf_counter()
+        taken_at = time.monotonic()
         build = freeze_checkpoint(engine, dict(offsets), dict(counters))
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="streammom-checkpoint")
         self._write = _Write(self._writer.submit(_save, store, build), dict(offsets),
-                             self.records_since, self.requested, time.monotonic(), t0)
+                             self.records_since, self.requested, taken_at)
         self.requested = False
         self._directory = str(store.directory)
 
@@ -194,8 +194,6 @@ class CheckpointPolicy:
         wait: bool,
         commit_offsets: Callable[[dict[TopicPartition, int]], None],
         metrics: WorkerMetrics,
-        last_offsets: Mapping[TopicPartition, int],
-        directory: str = "",
     ) -> bool | None:
         """Handle the outcome of the background write, if it ended (or ``wait``): on success
         the offsets of its copy are committed (the state they belong to is durable); on an
@@ -208,11 +206,11 @@ class CheckpointPolicy:
             size = job.future.result()
         except OSError as exc:
             self.requested = self.requested or job.requested
-            self._failed_write(exc, metrics, last_offsets, directory or self._directory)
+            self._failed_write(exc, metrics)
             return False
         self._recovered()
         self.written(records=job.records, taken_at=job.taken_at)
-        self._succeeded(job.offsets, size, job.t0, commit_offsets, metrics)
+        self._succeeded(job.offsets, size, job.taken_at, commit_offsets, metrics)
         return True
 
     def close(self) -> None:
@@ -226,26 +224,25 @@ class CheckpointPolicy:
             _log.info("checkpoint written again; committing",
                       extra={"failed_attempts": self.failures})
 
-    def _failed_write(self, exc: OSError, metrics: WorkerMetrics,
-                      last_offsets: Mapping[TopicPartition, int], directory: str) -> None:
+    def _failed_write(self, exc: OSError, metrics: WorkerMetrics) -> None:
         delay = self.failed()
         metrics.checkpoint_failures.inc()
         metrics.ready.set(0)
         _log.error(
             "checkpoint write failed; not committing, still processing (the events since "
             "the last checkpoint are replayed after a crash); retrying with backoff",
-            extra={"dir": directory, "error": str(exc),
+            extra={"dir": self._directory, "error": str(exc),
                    "errno": errno.errorcode.get(exc.errno or 0, exc.errno),
                    "failures": self.failures, "retry_in_s": round(delay, 3),
-                   "last_checkpoint_offsets": offset_labels(last_offsets)})
+                   "last_checkpoint_offsets": offset_labels(self.last_offsets)})
 
-    def _succeeded(self, offsets: dict[TopicPartition, int], size: int, t0: float,
+    def _succeeded(self, offsets: dict[TopicPartition, int], size: int, taken_at: float,
                    commit_offsets: Callable[[dict[TopicPartition, int]], None],
                    metrics: WorkerMetrics) -> None:
         self.last_offsets = offsets
         metrics.last_checkpoint.set(time.time())
         _log.debug("checkpoint written", extra={"bytes": size,
-                                                "seconds": round(time.perf_counter() - t0, 4)})
+                                                "seconds": round(time.monotonic() - taken_at, 4)})
         if offsets:
             try:
                 commit_offsets(dict(offsets))

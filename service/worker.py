@@ -131,7 +131,6 @@ class Worker:
         self._report_codes: tuple[CodeMap | None] | None = None
         self.batches = 0
         self.refits = 0
-        self.last_checkpoint_offsets: dict[TopicPartition, int] = {}
         self.blocks = AlignedBlocks(settings.worker.batch_max_records)
         self.poll_max_records = settings.worker.batch_max_records  # records a poll may return
         self._binary = settings.model.family == "bernoulli"
@@ -580,21 +579,20 @@ class Worker:
                    "reset_to": first},
         )
 
-    #: Scheduled checkpoints are copied on the loop and written by a background thread
-    #: (:meth:`CheckpointPolicy.begin`) when the store allows it; roles whose checkpoint is a
-    #: commit or a topic write turn this off.
+    #: Scheduled checkpoints are copied on the loop and written to the checkpoint files by a
+    #: background thread (:meth:`CheckpointPolicy.begin`); the roles whose checkpoint is a
+    #: commit (ingest) or a write to the state topic (learner) turn this off.
     background_checkpoints = True
 
     def _maybe_checkpoint(self, result: BatchResult | None = None) -> None:
         """Finish a background checkpoint that ended; checkpoint when the policy says it is
         due (records, time, a request; never before a failed write's retry time, so a full
-        disk is not hit on every batch). A revocation is written on the loop; the rest, with
-        a store that allows it, in the background (design §6 "checkpoints")."""
+        disk is not hit on every batch). A revocation is written on the loop; the rest, in
+        the background when the role allows it (design §6 "checkpoints")."""
         self._finish_checkpoint(wait=False)
         if not self.checkpoints.due():
             return
         if (self.background_checkpoints and self.settings.checkpoint.background
-                and getattr(self.store, "background_writes", False)
                 and not self.checkpoints.urgent):
             with self._lock:
                 offsets = dict(self.offsets)
@@ -609,30 +607,27 @@ class Worker:
     def _finish_checkpoint(self, *, wait: bool) -> bool | None:
         """The outcome of the background checkpoint if it ended (or ``wait``): its offsets
         are committed once it is durable (:meth:`CheckpointPolicy.finish`)."""
-        if not self.checkpoints.in_flight:
-            return None
-        ok = self.checkpoints.finish(wait=wait, commit_offsets=self.source.commit,
-                                     metrics=self.metrics,
-                                     last_offsets=self.last_checkpoint_offsets,
-                                     directory=str(self.store.directory))
-        if ok:
-            self.last_checkpoint_offsets = self.checkpoints.last_offsets
-        return ok
+        return self.checkpoints.finish(wait=wait, commit_offsets=self.source.commit,
+                                       metrics=self.metrics)
 
     def checkpoint(self) -> bool:
         """Write the checkpoint (state + offsets), then commit those offsets; False if the
         write failed (:meth:`~service.checkpoint_policy.CheckpointPolicy.commit`: the loop
         goes on uncommitted, not ready, and retries with backoff). A background write still
         in flight is finished first."""
-        self._finish_checkpoint(wait=True)
         with self._lock:
             offsets = dict(self.offsets)
-        ok = self.checkpoints.commit(self.store, self.engine, offsets, self.counters,
-                                     commit_offsets=self.source.commit, metrics=self.metrics,
-                                     last_offsets=self.last_checkpoint_offsets)
-        if ok:
-            self.last_checkpoint_offsets = offsets
-        return ok
+        return self.checkpoints.commit(self.store, self.engine, offsets, self.counters,
+                                       commit_offsets=self.source.commit, metrics=self.metrics)
+
+    @property
+    def last_checkpoint_offsets(self) -> dict[TopicPartition, int]:
+        """The offsets the last good checkpoint covers (kept by the checkpoint policy)."""
+        return self.checkpoints.last_offsets
+
+    @last_checkpoint_offsets.setter
+    def last_checkpoint_offsets(self, offsets: dict[TopicPartition, int]) -> None:
+        self.checkpoints.last_offsets = offsets
 
     def _idle(self) -> bool:
         """Periodic work when a poll returned nothing: model publish, time-based checkpoint."""

@@ -47,9 +47,11 @@ def _dump_manifest(manifest: Mapping[str, Any]) -> bytes:
 
 
 def check_manifest(
-    manifest: Mapping[str, Any], *, kind: str, schema_version: int, what: str
+    manifest: Mapping[str, Any], *, kind: str, schema_version: int, what: str,
+    also_reads: tuple[int, ...] = (),
 ) -> None:
-    """Refuse a manifest of another ``kind`` or an unsupported ``schema_version``.
+    """Refuse a manifest of another ``kind`` or an unsupported ``schema_version``
+    (``schema_version`` or one of the older versions in ``also_reads``).
 
     ``what`` names the object in the message ("hierarchy model", "engine snapshot", …).
 
@@ -61,7 +63,7 @@ def check_manifest(
     """
     if manifest.get("kind") != kind:
         raise SnapshotFormatError(f"not a {what}: kind={manifest.get('kind')!r}")
-    if manifest.get("schema_version") != schema_version:
+    if manifest.get("schema_version") not in (schema_version, *also_reads):
         raise SnapshotFormatError(
             f"unsupported {what} schema version {manifest.get('schema_version')!r}"
         )

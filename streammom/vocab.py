@@ -44,7 +44,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streammom.rollup import CodeRollup
-from streammom.serialization import SnapshotFormatError
+from streammom.serialization import SnapshotFormatError, check_manifest
 
 __all__ = ["Vocabulary"]
 
@@ -239,19 +239,15 @@ class Vocabulary:
         rows = np.repeat(np.arange(n, dtype=np.int64),
                          np.fromiter(map(len, events), dtype=np.int64, count=n))
         known = cols >= 0
-        dropped = np.flatnonzero(~known)
-        if dropped.size:
-            tally = Counter(flat[i] for i in dropped.tolist())
-            for tok in tally if not grows else ():  # checked once per distinct token
-                _check_token(tok)
-            self.oov_count += int(dropped.size)
-            self._offer(tally)
+        dropped = Counter(flat[i] for i in np.flatnonzero(~known).tolist())
+        for tok in dropped if not grows else ():  # checked once per distinct token
+            _check_token(tok)
         keys, mult = np.unique(rows[known] * d + cols[known], return_counts=True)
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(keys // d, minlength=n), out=indptr[1:])
         data = np.ones(keys.size) if binary else mult.astype(np.float64)
         indices = (keys % d).astype(np.int32)
-        self.counts += np.bincount(indices, weights=data, minlength=d)
+        self._tally(indices, data, dropped)
         return sp.csr_array((data, indices, indptr), shape=(n, d))
 
     def _transform_general(self, events: Sequence[Any], *, binary: bool) -> sp.csr_array:
@@ -290,15 +286,21 @@ class Vocabulary:
                 cols.append(col)
                 vals.append(1.0 if binary else row[col])
             indptr.append(len(cols))
-        self.oov_count += sum(dropped.values())
-        self._offer(dropped)
         n = len(indptr) - 1
         data, indices = np.asarray(vals, dtype=np.float64), np.asarray(cols, dtype=np.int32)
-        self.counts += np.bincount(indices, weights=data, minlength=self.capacity)
+        self._tally(indices, data, dropped)
         return sp.csr_array((data, indices, np.asarray(indptr, dtype=np.int64)),
                             shape=(n, self.n_features))
 
     # ------------------------------------------------------------------ following the stream
+    def _tally(self, indices: np.ndarray, data: np.ndarray, dropped: Mapping[str, int]) -> None:
+        """Count a transformed batch: its entries per column, its dropped occurrences (OOV),
+        offered to the candidates."""
+        self.counts += np.bincount(indices, weights=data, minlength=self.capacity)
+        if dropped:
+            self.oov_count += int(sum(dropped.values()))
+            self._offer(dropped)
+
     def _offer(self, dropped: Mapping[str, float]) -> None:
         """Add dropped occurrences to the candidates' Misra–Gries summary (full growing
         vocabulary only). Batch merge (Agarwal et al. 2012, §3): add the counts, then if more
@@ -395,11 +397,8 @@ class Vocabulary:
         cls, manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = None
     ) -> Vocabulary:
         """Inverse of :meth:`to_archive`."""
-        if manifest.get("kind") != "vocabulary":
-            raise SnapshotFormatError(f"not a vocabulary: kind={manifest.get('kind')!r}")
-        version = manifest.get("schema_version")
-        if version not in (1, VOCAB_SCHEMA_VERSION):
-            raise SnapshotFormatError(f"unsupported vocabulary schema version {version!r}")
+        check_manifest(manifest, kind="vocabulary", schema_version=VOCAB_SCHEMA_VERSION,
+                       what="vocabulary", also_reads=(1,))
         try:
             toks = list(manifest["tokens"])
             growing = bool(manifest["growing"])

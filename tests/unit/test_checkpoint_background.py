@@ -46,15 +46,26 @@ def _batch(worker) -> None:
     assert worker.process_batch(worker.source.poll(250, 0.0))
 
 
-def test_the_loop_goes_on_while_the_write_is_in_flight_and_commits_what_it_covers(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _first_checkpoint_handed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
+                                  full: bool = False) -> tuple[_SlowDisk, MemoryBroker, Any]:
+    """A background worker on 3,000 events whose disk holds every write (or, ``full``,
+    fails it at once), after the 1,000 records that make the first checkpoint due."""
     disk = _SlowDisk(checkpoint_module.atomic_write_bytes)
+    if full:
+        disk.full = True
+        disk.release.set()
     monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
     broker = MemoryBroker()
     fill_cohort(broker, 3000)
     worker = _background_worker(tmp_path, broker)
     for _ in range(4):  # 1,000 records: the checkpoint is due, copied and handed over
         _batch(worker)
+    return disk, broker, worker
+
+
+def test_the_loop_goes_on_while_the_write_is_in_flight_and_commits_what_it_covers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    disk, broker, worker = _first_checkpoint_handed_over(tmp_path, monkeypatch)
     assert disk.started.wait(30) and worker.checkpoints.in_flight
     seen_at_copy = worker.engine.n_events_seen_
     for _ in range(4):  # the loop learns on while the disk holds the write
@@ -78,15 +89,7 @@ def test_the_loop_goes_on_while_the_write_is_in_flight_and_commits_what_it_cover
 
 def test_a_failed_background_write_commits_nothing_and_is_retried(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    disk = _SlowDisk(checkpoint_module.atomic_write_bytes)
-    disk.full = True
-    disk.release.set()
-    monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
-    broker = MemoryBroker()
-    fill_cohort(broker, 3000)
-    worker = _background_worker(tmp_path, broker)
-    for _ in range(4):
-        _batch(worker)
+    disk, broker, worker = _first_checkpoint_handed_over(tmp_path, monkeypatch, full=True)
     worker.checkpoints._write.future.exception(30)
     _batch(worker)  # the failure is handled on the loop
     assert worker.metrics.checkpoint_failures._value.get() == 1
@@ -142,13 +145,7 @@ def test_start_up_objects_leave_the_collectors_generations(tmp_path: Path) -> No
 
 def test_a_checkpoint_on_the_loop_finishes_the_one_in_flight_first(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    disk = _SlowDisk(checkpoint_module.atomic_write_bytes)
-    monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
-    broker = MemoryBroker()
-    fill_cohort(broker, 3000)
-    worker = _background_worker(tmp_path, broker)
-    for _ in range(4):
-        _batch(worker)
+    disk, broker, worker = _first_checkpoint_handed_over(tmp_path, monkeypatch)
     assert disk.started.wait(30) and worker.checkpoints.in_flight
     _batch(worker)
     disk.release.set()
