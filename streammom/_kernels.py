@@ -129,7 +129,7 @@ def add_packed_gram(C, offsets, indptr, indices, data, w, a, b):  # type: ignore
 
 @njit(**_JIT)
 def reservoir_offer(  # type: ignore[no-untyped-def]
-    indptr, indices, data, w, start, u, weight_before, n_filled, res_indices, res_values,
+    indptr, indices, data, w, start, u, weight_before, n_filled, K, res_indices, res_values,
     res_lengths,
 ):
     """Weighted reservoir sampling (Chao 1982) of rows start:start+len(w); returns n_filled.
@@ -138,9 +138,9 @@ def reservoir_offer(  # type: ignore[no-untyped-def]
     full, else enters with probability p_t = min(1, K w_t / W_t), replacing slot
     ⌊K u_t / p_t⌋: given u_t < p_t, u_t / p_t is uniform on [0, 1), so one uniform draw per
     event decides both. Rows are written zero-padded to the reservoir's width (the caller
-    makes it wide enough); a later event overwrites an earlier one in the same slot.
+    makes it wide enough, with rows for every slot this call can fill: min(K, n_filled + n));
+    a later event overwrites an earlier one in the same slot.
     """
-    K = res_indices.shape[0]
     width = res_indices.shape[1]
     cum = weight_before
     for t in range(w.shape[0]):

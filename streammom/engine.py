@@ -65,10 +65,11 @@ from streammom.moments import (
     MomentAccumulator,
     row_sums,
 )
-from streammom.packed import SparsePacked, add_into, dense
+from streammom.packed import Packed, add_into, dense
 from streammom.refit import RefitPass
 from streammom.refit_budget import refit_allowance, refit_cost_events
 from streammom.reservoir import Reservoir
+from streammom.rowgram import RowGram, rows_limit
 from streammom.serialization import (
     archive_bytes,
     read_archive,
@@ -309,10 +310,11 @@ class StreamingHierarchy(Estimator):
 
     # ------------------------------------------------------------------ tree helpers
     def _new_node(self, node_id: int, parent: int, depth: int) -> Node:
-        """A node with empty sums; its C (d(d+1)/2 zeros) comes from the buffer pool."""
+        """A node with empty sums; its C starts as rows (:mod:`streammom.rowgram`), packed
+        once they outgrow it."""
         assert self.n_features_ is not None
         acc = MomentAccumulator(self.n_features_, family=self.family, second_order=False)
-        acc.C = self._pool().zeros()
+        acc.C = RowGram.empty(self.n_features_)
         return Node(
             node_id=node_id,
             parent=parent,
@@ -571,18 +573,35 @@ class StreamingHierarchy(Estimator):
         out.decay(self._scale())
         return out
 
-    def _full_second(self, nid: int) -> np.ndarray:
-        """The packed C of a node: its own array (leaf) or offset + descendants' (design §3)."""
+    def _full_second(self, nid: int) -> Packed:
+        """The C of a node: its own (leaf) or offset + descendants' (design §3), as rows when
+        all of them are held as rows (:meth:`subtree_rows`), else packed."""
         v = self.nodes_[nid]
         assert v.acc.C is not None
+        rows = self.subtree_rows(nid)
+        if rows is not None:
+            return rows
         if v.is_leaf:
             return dense(v.acc.C)
-        out = v.acc.C.to_dense() if isinstance(v.acc.C, SparsePacked) else v.acc.C.copy()
+        out = v.acc.C.copy() if isinstance(v.acc.C, np.ndarray) else v.acc.C.to_dense()
         for desc in subtree(self.nodes_, nid)[1:]:
             c = self.nodes_[desc].acc.C
             assert c is not None
             add_into(out, c)
         return out
+
+    def subtree_rows(self, nid: int) -> RowGram | None:
+        """A node's full C as rows — its own and its descendants' row blocks, shared — when
+        every one of them is held as rows and together they are under
+        :func:`~streammom.rowgram.rows_limit`; else None (assemble it packed)."""
+        assert self.n_features_ is not None
+        parts = [self.nodes_[n].acc.C for n in subtree(self.nodes_, nid)]
+        if not all(isinstance(c, RowGram) for c in parts):
+            return None
+        rows = [c for c in parts if isinstance(c, RowGram)]
+        if sum(c.nnz for c in rows) > rows_limit(self.n_features_):
+            return None
+        return RowGram.concat(rows, self.n_features_)
 
     def _pool(self) -> PackedBufferPool:
         assert self.n_features_ is not None
@@ -646,6 +665,9 @@ class StreamingHierarchy(Estimator):
         t0 = time.perf_counter()
         records: list[dict[str, Any]] = []
         if self.n_features_ is not None and self.nodes_:
+            for v in self.nodes_.values():  # one block a node: products sum in one order
+                if isinstance(v.acc.C, RowGram):  # however the rows arrived (rowgram docs)
+                    v.acc.C.compact()
             records = self._follow_vocabulary()
             eigen = NodeEigensolver(self.random_state, self.basis_dim, self.family,
                                     self._scratch)

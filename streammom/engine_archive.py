@@ -31,10 +31,12 @@ from streammom.vocab import Vocabulary
 if TYPE_CHECKING:
     from streammom.engine import StreamingHierarchy
 
-__all__ = ["ENGINE_SCHEMA_VERSION", "MODEL_PREFIX", "check_engine_archive",
+__all__ = ["ENGINE_READS_SCHEMAS", "ENGINE_SCHEMA_VERSION", "MODEL_PREFIX", "check_engine_archive",
            "engine_from_archive", "engine_to_archive", "stored_model"]
 
-ENGINE_SCHEMA_VERSION = 1
+ENGINE_SCHEMA_VERSION = 2
+#: Older schemas this version reads: 1 had packed sums only (2 adds row-held C, ``C_rows_*``).
+ENGINE_READS_SCHEMAS = (1,)
 #: Engine archives also carry the routing model (manifest ``"model"``, arrays under this
 #: prefix), so readers that need only the tree (``inspect``, ``report``) never inflate sums.
 MODEL_PREFIX = "model."
@@ -125,6 +127,7 @@ def engine_from_archive(
         kind="streaming-hierarchy",
         schema_version=ENGINE_SCHEMA_VERSION,
         what="engine snapshot",
+        also_reads=ENGINE_READS_SCHEMAS,
     )
     try:
         by_node: dict[str, dict[str, np.ndarray]] = {}
@@ -290,8 +293,10 @@ def check_engine_archive(manifest: Mapping[str, Any],
         s, C = sub.get("s"), sub.get("C")
         dense_ok = C is not None and C.shape == (packed_size(d),)
         sparse_ok = C is None and sub.get("C_at") is not None and sub.get("C_val") is not None
-        if int(acc["n_features"]) != d or (sums and (
-                s is None or s.shape != (d,) or (acc["has_C"] and not (dense_ok or sparse_ok)))):
+        rows_ok = C is None and all(sub.get(f"C_rows_{k}") is not None
+                                    for k in ("indptr", "indices", "data", "w"))
+        c_ok = not acc["has_C"] or dense_ok or sparse_ok or rows_ok
+        if int(acc["n_features"]) != d or (sums and (s is None or s.shape != (d,) or not c_ok)):
             raise SnapshotFormatError(bad + f"node {nid}: sums do not match n_features {d}")
         width, rows = int(res["width"]), int(res["capacity"])
         if int(res["n_features"]) != d or rows < 1 or not 0 <= width <= 2 * d + 8:

@@ -9,6 +9,7 @@ import numpy as np
 
 from streammom.packed import SparsePacked, dense, unpack_symmetric
 from streammom.reservoir import Reservoir
+from streammom.rowgram import RowGram
 
 if TYPE_CHECKING:
     from streammom.engine import StreamingHierarchy
@@ -70,6 +71,8 @@ def fork_of(self: StreamingHierarchy) -> StreamingHierarchy:
         acc.s[:] = 0.0
         if isinstance(acc.C, SparsePacked):
             acc.C = SparsePacked(np.zeros(0, dtype=np.int64), np.zeros(0), acc.C.size)
+        elif isinstance(acc.C, RowGram):
+            acc.C = RowGram.empty(acc.n_features)
         elif acc.C is not None:
             acc.C[:] = 0.0
         if acc.T is not None:

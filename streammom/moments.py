@@ -7,7 +7,8 @@ sum          shape                   note
 ===========  ======================  =====================================================
 W = Σ w      scalar                  M1 = s / W (Bernoulli) or s / T1 (single topic)
 s = Σ w x    (d,)
-C = Σ w xxᵀ  packed upper, d(d+1)/2  raw M2 = C / W; single topic (C − diag s) / T2
+C = Σ w xxᵀ  packed upper, d(d+1)/2  raw M2 = C / W; single topic (C − diag s) / T2;
+                                     or the weighted rows (:mod:`streammom.rowgram`)
 T            (d, m(m+1)/2)           T_r = Σ w x_r (Pᵀx)(Pᵀx)ᵀ packed, P: d×m orthonormal
 T1, T2, T3   scalars                 Σ w t, Σ w t(t−1), Σ w t(t−1)(t−2) (thesis Thm 3.2.1)
 ===========  ======================  =====================================================
@@ -40,6 +41,7 @@ from streammom.estimators import (
     single_topic_third_corrections,
 )
 from streammom.packed import (
+    Packed,
     SparsePacked,
     add_into,
     dense,
@@ -54,6 +56,7 @@ from streammom.packed import (
     widen_packed,
     zero_packed_lines,
 )
+from streammom.rowgram import RowGram, rows_limit
 
 __all__ = ["MomentAccumulator", "row_sums"]
 
@@ -77,6 +80,20 @@ def _as_csr(X: Any, d: int) -> sp.csr_array:
         X = X.copy()
         X.sort_indices()
     return X
+
+
+def _sum_second(a: Packed, b: Packed, d: int) -> Packed:
+    """a + b for any two representations of C: rows stay rows while under the limit,
+    a sparse offset stays sparse, anything else is a dense packed array."""
+    if isinstance(a, RowGram) and isinstance(b, RowGram):
+        rows = RowGram(d, a.blocks + b.blocks)
+        return rows if rows.nnz <= rows_limit(d) else rows.to_dense()
+    if isinstance(a, np.ndarray):
+        add_into(a, b)
+        return a
+    total = dense(b).copy()
+    add_into(total, a)
+    return SparsePacked.from_dense(total) if isinstance(a, SparsePacked) else total
 
 
 class MomentAccumulator:
@@ -120,8 +137,7 @@ class MomentAccumulator:
         self.weight = 0.0
         self.t1 = self.t2 = self.t3 = 0.0
         self.s = np.zeros(d)
-        self.C: np.ndarray | SparsePacked | None = (np.zeros(packed_size(d)) if second_order
-                                                    else None)
+        self.C: Packed | None = np.zeros(packed_size(d)) if second_order else None
         self.basis: np.ndarray | None = None
         self.T: np.ndarray | None = None
         if basis is not None:
@@ -206,6 +222,8 @@ class MomentAccumulator:
         all of X. One compiled pass over the rows updates s and, with a basis, T
         (:func:`streammom._kernels.add_row_sums`); a second one C
         (:func:`streammom._kernels.add_packed_gram`). Cost O(nnz · m²/2 + Σ_i nnz_i²/2).
+        Row-held C (:class:`~streammom.rowgram.RowGram`) keeps the rows instead, O(nnz), and
+        is packed once they pass :func:`~streammom.rowgram.rows_limit`.
         """
         if stop <= start:
             return
@@ -223,7 +241,13 @@ class MomentAccumulator:
         else:
             P = T = np.zeros((d, 0))
         _kernels.add_row_sums(X.indptr, X.indices, X.data, w, start, stop, P, T, self.s)
-        if second and self.C is not None:
+        if not second or self.C is None:
+            return
+        if isinstance(self.C, RowGram):
+            self.C.append(X, w, start, stop)
+            if self.C.nnz > rows_limit(d):
+                self.C = self.C.to_dense()
+        else:
             _kernels.add_packed_gram(self.C, row_offsets(d), X.indptr, X.indices, X.data, w,
                                      start, stop)
 
@@ -238,8 +262,8 @@ class MomentAccumulator:
             raise ValueError(f"cannot narrow an accumulator from {d} to {d_new} features")
         self.s = np.concatenate([self.s, np.zeros(d_new - d)])
         if C and self.C is not None:
-            self.C = (self.C.widen(d, d_new) if isinstance(self.C, SparsePacked)
-                      else widen_packed(self.C, d, d_new))
+            self.C = (widen_packed(self.C, d, d_new) if isinstance(self.C, np.ndarray)
+                      else self.C.widen(d, d_new))
         if self.basis is not None:
             self.basis = np.vstack([self.basis, np.zeros((d_new - d, self.basis.shape[1]))])
         if self.T is not None:
@@ -310,12 +334,7 @@ class MomentAccumulator:
         self.t3 += other.t3
         self.s += other.s
         if self.C is not None and other.C is not None:
-            if isinstance(self.C, SparsePacked):
-                total = self.C.to_dense()
-                add_into(total, other.C)
-                self.C = SparsePacked.from_dense(total)
-            else:
-                add_into(self.C, other.C)
+            self.C = _sum_second(self.C, other.C, self.n_features)
         if self.T is not None and other.T is not None:
             self.T += other.T
         return self
@@ -349,16 +368,17 @@ class MomentAccumulator:
         P: np.ndarray,
         *,
         rows: Any = None,
-        row_weight: float = 0.0,
+        row_weight: float | np.ndarray = 0.0,
     ) -> None:
         """Move T to the basis P (design §3 "basis drift").
 
         The part of T inside the old span is rotated exactly: with a = Qᵀ Pᵀ x, Q = Pᵀ P', the
         new coordinates are P'ᵀ x = a + b, b = P'ᵀ (I − P Pᵀ) x, and Σ x_r a aᵀ = Qᵀ T_r Q. The
         remaining terms Σ x_r (a bᵀ + b aᵀ + b bᵀ) are estimated from ``rows`` (a reservoir
-        sample), each row standing for ``row_weight``. Without an old basis T is filled from
-        ``rows`` alone. Exact when the rows are every event so far with ``row_weight`` 1, or
-        when span(P') ⊆ span(P).
+        sample), each row standing for ``row_weight`` (a scalar, or one weight a row). Without
+        an old basis T is filled from ``rows`` alone. Exact when the rows are every event so
+        far with their weights (a row-held node, :mod:`streammom.rowgram`), or when
+        span(P') ⊆ span(P).
         """
         old = self.basis
         oldT = self.T
@@ -366,19 +386,26 @@ class MomentAccumulator:
         P = self.basis
         assert P is not None
         X = None if rows is None else _as_csr(rows, self.n_features)
+        n = 0 if X is None else X.shape[0]
+        per_row = np.ndim(row_weight) == 1  # one weight a row (exact rows, design §3)
         if old is None or oldT is None:
             T = np.zeros((self.n_features, self.packed_basis_size))
-            if X is not None and X.shape[0]:
-                T += self._third_increment(X, np.full(X.shape[0], float(row_weight)))
+            if X is not None and n:
+                w = (np.asarray(row_weight, dtype=np.float64) if per_row
+                     else np.full(n, float(row_weight)))
+                T += self._third_increment(X, w)
             self.T = T
             return
         Q = old.T @ P
         T = rotate_packed_third(oldT, Q)
-        if X is not None and X.shape[0] and row_weight > 0:
+        if X is not None and n and (per_row or row_weight > 0):
             Zold = np.asarray(X @ old) @ Q
             Znew = np.asarray(X @ P)
             F = packed_outer(Znew) - packed_outer(Zold)
-            T += row_weight * np.asarray(X.T @ F)
+            if per_row:
+                T += np.asarray(X.T @ (F * np.asarray(row_weight, dtype=np.float64)[:, None]))
+            else:
+                T += row_weight * np.asarray(X.T @ F)
         self.T = T
 
     def basis_residual(self, Epinv: np.ndarray) -> float:
@@ -498,7 +525,8 @@ class MomentAccumulator:
         if out.s.shape != (d,):
             raise ValueError("accumulator archive: s has the wrong shape")
         if meta["has_C"]:
-            out.C = packed_from_archive(arrays, packed_size(d))
+            out.C = (RowGram.from_archive(arrays, d) if "C_rows_w" in arrays
+                     else packed_from_archive(arrays, packed_size(d)))
         if int(meta["basis_dim"]):
             out.basis = np.array(arrays["P"], dtype=np.float64)
             out.T = np.array(arrays["T"], dtype=np.float64)

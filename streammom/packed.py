@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 import scipy.sparse as sp
 
 from streammom import _kernels
+
+if TYPE_CHECKING:
+    from streammom.rowgram import RowGram
 
 __all__ = [
     "Packed",
@@ -107,9 +111,9 @@ class SparsePacked:
         out[self.at] = self.val
         return out
 
-    def add_to(self, out: np.ndarray) -> None:
-        """``out += self`` (positions are distinct)."""
-        out[self.at] += self.val
+    def add_to(self, out: np.ndarray, sign: float = 1.0) -> None:
+        """``out += sign · self`` (positions are distinct)."""
+        out[self.at] += self.val if sign == 1.0 else sign * self.val
 
     def copy(self) -> SparsePacked:
         return SparsePacked(self.at.copy(), self.val.copy(), self.size)
@@ -132,7 +136,9 @@ class SparsePacked:
         self.at, self.val = self.at[keep], self.val[keep]
 
 
-Packed = np.ndarray | SparsePacked
+#: A node's second-order sums: dense packed, sparse packed, or held as rows
+#: (:class:`streammom.rowgram.RowGram`).
+Packed: TypeAlias = "np.ndarray | SparsePacked | RowGram"
 
 
 def packed_row_col(at: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
@@ -154,7 +160,7 @@ def zero_packed_lines(C: Packed, columns: np.ndarray, d: int) -> None:
     >>> zero_packed_lines(C, np.array([1]), 3); unpack_symmetric(C, 3).tolist()
     [[0.0, 0.0, 8.0], [0.0, 0.0, 0.0], [8.0, 0.0, 16.0]]
     """
-    if isinstance(C, SparsePacked):
+    if not isinstance(C, np.ndarray):
         C.zero_lines(columns, d)
         return
     C[packed_line_positions(columns, d)] = 0.0
@@ -174,17 +180,20 @@ def packed_line_positions(columns: np.ndarray, d: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def add_into(out: np.ndarray, C: Packed) -> None:
-    """``out += C`` for a dense or sparse packed C."""
-    if isinstance(C, SparsePacked):
-        C.add_to(out)
+def add_into(out: np.ndarray, C: Packed, sign: float = 1.0) -> None:
+    """``out += sign · C`` for a dense, sparse or row-held C (anything with ``add_to``)."""
+    if isinstance(C, np.ndarray):
+        if sign == 1.0:
+            out += C
+        else:
+            out -= C
     else:
-        out += C
+        C.add_to(out, sign)
 
 
 def dense(C: Packed) -> np.ndarray:
     """C as a dense packed array (the array itself when it is one)."""
-    return C.to_dense() if isinstance(C, SparsePacked) else C
+    return C if isinstance(C, np.ndarray) else C.to_dense()
 
 
 def packed_archive(C: Packed) -> dict[str, np.ndarray]:
@@ -194,7 +203,11 @@ def packed_archive(C: Packed) -> dict[str, np.ndarray]:
 
     >>> sorted(packed_archive(np.array([0.0, 2.0, 0.0, 0.0, 0.0])).items())
     [('C_at', array([1])), ('C_val', array([2.]))]
+
+    A row-held C archives its rows (:meth:`streammom.rowgram.RowGram.archive`).
     """
+    if not isinstance(C, np.ndarray | SparsePacked):
+        return C.archive()
     if isinstance(C, SparsePacked):
         keep = C.val != 0
         at, val = C.at[keep], C.val[keep]

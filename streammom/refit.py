@@ -42,8 +42,9 @@ from streammom.decompose import KnownSpectrumOperator
 from streammom.eigen import NodeEigensolver, complete_basis
 from streammom.estimators import NodeMoments
 from streammom.model import Router
-from streammom.packed import SparsePacked, SymmetricMatrix, add_into
+from streammom.packed import Packed, SparsePacked, SymmetricMatrix, add_into, dense
 from streammom.refine import principal_bisection, refine_routers, split_gain
+from streammom.rowgram import RowGram
 from streammom.split import Split, compute_split, refine_split_em
 from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
 
@@ -218,23 +219,30 @@ class RefitPass:
                 self._plan(c, into)
             return
         pool = eng._pool()
-        if isinstance(v.acc.C, SparsePacked):
-            full = pool.zeros()
-            v.acc.C.add_to(full)
+        full: Packed | None = eng.subtree_rows(nid)
+        if full is not None:  # held as rows: nothing to assemble (the children plan alone)
+            for c in v.children:
+                self._plan(c, None)
+            if into is not None:
+                add_into(into, full)
         else:
-            full = pool.copy_of(v.acc.C)
-        for c in v.children:
-            self._plan(c, full)
-        if into is not None:
-            into += full
+            if isinstance(v.acc.C, np.ndarray):
+                full = pool.copy_of(v.acc.C)
+            else:
+                full = pool.zeros()
+                add_into(full, v.acc.C)
+            for c in v.children:
+                self._plan(c, full)
+            if into is not None:
+                into += full
         if prune:
             self.plans[nid] = Prune(full, kid_w)
         else:
             self._plan_stale(v, full)
-        if not isinstance(self.plans.get(nid), Prune | Resplit):
+        if isinstance(full, np.ndarray) and not isinstance(self.plans.get(nid), Prune | Resplit):
             pool.release(full)
 
-    def _plan_stale(self, v: Node, full: np.ndarray) -> None:
+    def _plan_stale(self, v: Node, full: Packed) -> None:
         eng = self.eng
         self.root_recomputed |= v.node_id == eng.root_id_
         split = self._node_split(v, full, v.discriminators)
@@ -340,7 +348,7 @@ class RefitPass:
         return split_gain(X, side, eng.family, eng._weight_true(v)), split, right
 
     # ------------------------------------------------------------------ one node
-    def _node_split(self, v: Node, C: np.ndarray, reference: np.ndarray | None
+    def _node_split(self, v: Node, C: Packed, reference: np.ndarray | None
                     ) -> Split | None:
         """Compute the split of a node from its sums, maintaining its tracked basis (design §3).
 
@@ -348,7 +356,9 @@ class RefitPass:
         start); if the top-2 eigenvectors left span(P) beyond ``basis_tol`` the basis moves to
         the current top-m and T is rotated and repaired from the reservoir. ``compute_split``
         then receives M2 as a cheap operator with exactly those eigenpairs (so its own
-        eigensolve is nearly free).
+        eigensolve is nearly free). A C held as rows (:mod:`streammom.rowgram`) multiplies
+        through its rows, C V = Xᵀ (w ∘ X V), and a new T is summed from those rows —
+        every event of the node with its weight, so exactly — instead of the reservoir.
         """
         eng, eigen = self.eng, self.eigen
         acc = v.acc
@@ -360,29 +370,38 @@ class RefitPass:
         try:
             # The eigen-solve runs in float32 (half the memory traffic; its tolerance is far
             # above float32 rounding); the single-topic corrections use float64 products.
-            S = SymmetricMatrix(C, d, buffer=eigen.scratch.get(d), dtype=np.float32)
-            s_vec, W, T2 = acc.s, acc.weight, acc.t2
             multinomial = eng.family == "multinomial"
-            c_times = SymmetricMatrix(C, d).matmul if multinomial else None
+            if isinstance(C, RowGram):
+                c_matmul = c_times = C.matmul
+            else:
+                packed = dense(C)
+                c_matmul = SymmetricMatrix(packed, d, buffer=eigen.scratch.get(d),
+                                           dtype=np.float32).matmul
+                c_times = SymmetricMatrix(packed, d).matmul if multinomial else None
+            s_vec, W, T2 = acc.s, acc.weight, acc.t2
 
             def m2_times(B: np.ndarray) -> np.ndarray:
                 B2 = np.asarray(B, dtype=np.float64).reshape(d, -1)
-                out = S.matmul(B2)
+                out = c_matmul(B2)
                 out = (out - s_vec[:, None] * B2) / T2 if multinomial else out / W
                 return out.reshape(np.shape(B))
 
             vals, vecs = eigen.top_eigenpairs(m2_times, d, p, acc.basis, v.node_id)
-            n_res = len(v.reservoir)
-            rows = v.reservoir.to_csr() if n_res else None
-            row_weight = acc.weight / n_res if n_res else 0.0
             P_new = complete_basis(vecs[:, :m], m, d, eigen.seed(v.node_id, 1))
-            if acc.basis is None:
-                acc.set_basis(P_new, rows=rows, row_weight=row_weight)
-            elif vals[1] > 0:
+            rebase = acc.basis is None
+            if not rebase and vals[1] > 0:
                 E = vecs[:, :2].T / np.sqrt(vals[:2])[:, None]
-                if acc.basis_residual(E) > eng.basis_tol:
-                    acc.set_basis(P_new, rows=rows, row_weight=row_weight)
-                    eng.n_rebases_ += 1
+                rebase = acc.basis_residual(E) > eng.basis_tol
+                eng.n_rebases_ += int(rebase)
+            if rebase:
+                n_res = len(v.reservoir)
+                rows: Any = None
+                row_weight: Any = 0.0
+                if isinstance(C, RowGram):
+                    rows, row_weight = C.rows()
+                elif n_res:
+                    rows, row_weight = v.reservoir.to_csr(), acc.weight / n_res
+                acc.set_basis(P_new, rows=rows, row_weight=row_weight)
             moments = NodeMoments(
                 m2=KnownSpectrumOperator(vals, vecs),
                 m1=acc.first_moment(),
@@ -398,15 +417,25 @@ class RefitPass:
                 np.linalg.LinAlgError):
             return None
 
-    def _spawn_children(self, v: Node, split: Split, C_full: np.ndarray) -> list[int] | None:
-        """Two new leaves from v's reservoir routed by ``split``, scaled to v's weight."""
+    def _spawn_children(self, v: Node, split: Split, C_full: Packed) -> list[int] | None:
+        """Two new leaves from v's events routed by ``split``.
+
+        Held as rows (:mod:`streammom.rowgram`), C_full is every event of v with its weight:
+        each child gets its side's rows — W, s, C, T1–T3 and T exact — and v's offset is
+        empty. Otherwise the children start from v's reservoir rows scaled to v's weight and
+        v keeps the frozen offset C_full − Σ children's C (design §3).
+        """
         eng = self.eng
         X = v.reservoir.to_csr()
         n = X.shape[0]
         if n == 0:
             return None
         side = split.router.side(X)
-        scale = v.acc.weight / n
+        exact = isinstance(C_full, RowGram)
+        if exact:
+            assert isinstance(C_full, RowGram)
+            X_all, w_all = C_full.rows()
+            side_all = split.router.side(X_all)
         d = X.shape[1]
         kids: list[Node] = []
         for j in (0, 1):
@@ -417,19 +446,31 @@ class RefitPass:
             child = eng._new_node(nid, v.node_id, v.depth + 1)
             Xj = X[rows]
             Xj.sort_indices()
-            child.acc.update(Xj, np.full(rows.size, scale))
-            child.acc.set_basis(self.eigen.basis_from_rows(Xj, nid, d, v.acc.basis), rows=Xj,
-                                row_weight=scale)
+            if exact:
+                mine = np.flatnonzero(side_all == j)
+                if mine.size == 0:
+                    return None
+                Xe, we = X_all[mine], w_all[mine]
+                Xe.sort_indices()
+            else:
+                Xe, we = Xj, np.full(rows.size, v.acc.weight / n)
+            child.acc.update(Xe, we)
+            child.acc.set_basis(self.eigen.basis_from_rows(Xj, nid, d, v.acc.basis), rows=Xe,
+                                row_weight=we)
             child.reservoir = v.reservoir.subset(rows)
             kids.append(child)
         eng._next_id += 2
-        offset = C_full.copy() if C_full is not v.acc.C else C_full
-        for child in kids:
-            assert isinstance(child.acc.C, np.ndarray)
-            offset -= child.acc.C
-        # the offset is frozen until the next refit: held sparse (design §3), its buffer reused
-        v.acc.C = SparsePacked.from_dense(offset)
-        eng._pool().release(offset)
+        if exact:
+            v.acc.C = RowGram.empty(d)
+        else:
+            offset = dense(C_full)  # the leaf's own array is used up in place
+            offset = offset.copy() if offset is C_full and C_full is not v.acc.C else offset
+            for child in kids:
+                assert child.acc.C is not None
+                add_into(offset, child.acc.C, -1.0)
+            # the offset is frozen until the next refit: held sparse (design §3), its buffer
+            v.acc.C = SparsePacked.from_dense(offset)  # reused
+            eng._pool().release(offset)
         v.children = [k.node_id for k in kids]
         v.router = split.router
         v.discriminators = split.discriminators

@@ -1,8 +1,9 @@
 """A bounded, seeded, recency-biased sample of a node's events (design §5 "reservoir").
 
 Children of a new split, rebuilt subtrees and basis repairs start from it. Rows are stored
-padded ((K, L) column indices and values, L = the widest row so far), so keeping an event is one
-row write in a compiled pass over the batch (:func:`streammom._kernels.reservoir_offer`).
+padded ((R, L) column indices and values, L = the widest row so far, R ≤ K the slots filled so
+far, grown geometrically: a node that has seen few events holds few rows), so keeping an event
+is one row write in a compiled pass over the batch (:func:`streammom._kernels.reservoir_offer`).
 
 Sampling is a weighted reservoir (Chao 1982): event i, arriving when the node's accumulated
 weight including it is W_i, enters with probability p_i = min(1, K w_i / W_i) and replaces a
@@ -28,6 +29,7 @@ from streammom._validation import with_int32_indices
 __all__ = ["Reservoir"]
 
 _MIN_WIDTH = 8
+_MIN_ROWS = 16
 
 
 class Reservoir:
@@ -39,23 +41,30 @@ class Reservoir:
         self.capacity = int(capacity)
         self.n_features = int(n_features)
         self.n_filled = 0
-        self.indices = np.zeros((self.capacity, _MIN_WIDTH), dtype=np.int32)
-        self.values = np.zeros((self.capacity, _MIN_WIDTH))
-        self.lengths = np.zeros(self.capacity, dtype=np.int32)
+        rows = min(self.capacity, _MIN_ROWS)
+        self.indices = np.zeros((rows, _MIN_WIDTH), dtype=np.int32)
+        self.values = np.zeros((rows, _MIN_WIDTH))
+        self.lengths = np.zeros(rows, dtype=np.int32)
 
     def __len__(self) -> int:
         return self.n_filled
 
     # ------------------------------------------------------------------ updates
-    def _ensure_width(self, width: int) -> None:
-        if width <= self.indices.shape[1]:
+    def _ensure(self, rows: int, width: int) -> None:
+        """Room for ``rows`` slots (≤ capacity) of ``width`` entries; both grow geometrically."""
+        have_rows, have_width = self.indices.shape
+        if rows <= have_rows and width <= have_width:
             return
-        new = max(width, 2 * self.indices.shape[1])
-        idx = np.zeros((self.capacity, new), dtype=np.int32)
-        val = np.zeros((self.capacity, new))
-        idx[:, : self.indices.shape[1]] = self.indices
-        val[:, : self.values.shape[1]] = self.values
-        self.indices, self.values = idx, val
+        new_rows = (have_rows if rows <= have_rows
+                    else min(self.capacity, max(rows, 2 * have_rows)))
+        new_width = have_width if width <= have_width else max(width, 2 * have_width)
+        idx = np.zeros((new_rows, new_width), dtype=np.int32)
+        val = np.zeros((new_rows, new_width))
+        lens = np.zeros(new_rows, dtype=np.int32)
+        idx[:have_rows, :have_width] = self.indices
+        val[:have_rows, :have_width] = self.values
+        lens[:have_rows] = self.lengths
+        self.indices, self.values, self.lengths = idx, val, lens
 
     def offer(
         self,
@@ -78,11 +87,11 @@ class Reservoir:
             raise ValueError("rows start:start+len(weights) are outside X")
         w = np.asarray(weights, dtype=np.float64)
         lens = np.diff(X.indptr[start : start + n + 1])
-        self._ensure_width(int(lens.max()))
+        self._ensure(min(self.capacity, self.n_filled + n), int(lens.max()))
         u = rng.random(n)
         self.n_filled = int(_kernels.reservoir_offer(
             X.indptr, X.indices, X.data, w, start, u, float(weight_before), self.n_filled,
-            self.indices, self.values, self.lengths))
+            self.capacity, self.indices, self.values, self.lengths))
 
     def remove_columns(self, columns: np.ndarray) -> None:
         """Drop features ``columns`` from every stored row (a recycled vocabulary column); a
@@ -123,8 +132,8 @@ class Reservoir:
         cap = self.capacity if capacity is None else int(capacity)
         rows = np.asarray(rows, dtype=np.int64)[:cap]
         out = Reservoir(cap, self.n_features)
-        out._ensure_width(self.indices.shape[1])
         n = rows.size
+        out._ensure(n, self.indices.shape[1])
         out.indices[:n] = self.indices[rows]
         out.values[:n] = self.values[rows]
         out.lengths[:n] = self.lengths[rows]
@@ -153,7 +162,7 @@ class Reservoir:
             lens.append(res.lengths[:k])
             p.append(np.full(k, max(float(weight), 0.0) / k))
         out = Reservoir(capacity, n_features)
-        out._ensure_width(width)
+        out._ensure(0, width)
         if not idx:
             return out
         Ix, V, Ln, pr = np.vstack(idx), np.vstack(val), np.concatenate(lens), np.concatenate(p)
@@ -167,6 +176,7 @@ class Reservoir:
             size = min(capacity, nz)
             chosen = np.sort(rng.choice(total, size=size, replace=False, p=pr / pr.sum()))
         n = chosen.size
+        out._ensure(n, width)
         out.indices[:n, : Ix.shape[1]] = Ix[chosen]
         out.values[:n, : V.shape[1]] = V[chosen]
         out.lengths[:n] = Ln[chosen]
@@ -189,8 +199,10 @@ class Reservoir:
     @classmethod
     def from_archive(cls, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> Reservoir:
         out = cls(int(meta["capacity"]), int(meta["n_features"]))
-        out._ensure_width(int(meta["width"]))
         k = int(meta["n_filled"])
+        if not 0 <= k <= out.capacity:
+            raise ValueError("reservoir archive: inconsistent shapes")
+        out._ensure(k, int(meta["width"]))
         idx = np.asarray(arrays["res_idx"], dtype=np.int32)
         val = np.asarray(arrays["res_val"], dtype=np.float64)
         lens = np.asarray(arrays["res_len"], dtype=np.int32)

@@ -19,7 +19,7 @@ import numpy as np
 
 from streammom.model import Router, TreeNode
 from streammom.moments import MomentAccumulator
-from streammom.packed import packed_line_positions
+from streammom.packed import Packed, packed_line_positions
 from streammom.reservoir import Reservoir
 from streammom.split import Split
 
@@ -146,7 +146,7 @@ class Prune:
     """Merge the node's children back: one holds < ``prune_fraction`` of its weight.
     ``full`` is the node's assembled C (it becomes the leaf's own)."""
 
-    full: np.ndarray
+    full: Packed
     child_weights: list[float]
 
 
@@ -156,7 +156,7 @@ class Resplit:
     other child (``share``): rebuild the subtree from the reservoir with ``split``."""
 
     split: Split
-    full: np.ndarray
+    full: Packed
     share: float
 
 

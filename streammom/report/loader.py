@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from streammom.engine_archive import (
+    ENGINE_READS_SCHEMAS,
     ENGINE_SCHEMA_VERSION,
     check_engine_archive,
     stored_model,
@@ -169,7 +170,7 @@ def from_engine_archive(
         return None
     try:
         check_manifest(manifest, kind="streaming-hierarchy", schema_version=ENGINE_SCHEMA_VERSION,
-                       what="engine snapshot")
+                       what="engine snapshot", also_reads=ENGINE_READS_SCHEMAS)
         check_engine_archive(manifest, {}, sums=False)
         model = stored_model(manifest, arrays)
         assert model is not None

@@ -5,6 +5,7 @@ routing."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from streammom import StreamingHierarchy, Vocabulary
 from streammom.packed import packed_size
@@ -97,11 +98,14 @@ def test_matrix_input_of_either_width_is_accepted() -> None:
     np.testing.assert_array_equal(eng.assign(narrow).leaf_ids, eng.assign(wide).leaf_ids)
 
 
-def test_internal_nodes_hold_their_frozen_sums_sparse() -> None:
-    """Issue #14: an internal node's C (its part from before the split) is held as its
-    non-zero entries; the sums it stands for are unchanged (full C = offset + children)."""
+def test_internal_nodes_hold_their_frozen_sums_sparse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #14: an internal node's packed C (its part from before the split) is held as its
+    non-zero entries; the sums it stands for are unchanged (full C = offset + children).
+    Packed sums from the first row (no row-held phase) to reach this path."""
+    from streammom import rowgram
     from streammom.packed import SparsePacked, packed_archive, widen_packed
 
+    monkeypatch.setattr(rowgram, "ROWS_PER_PACKED_ENTRY", 0.0)
     rng = np.random.default_rng(4)
     eng = StreamingHierarchy(vocabulary=Vocabulary(capacity=400), refit_every=1_000,
                              min_split_weight=50.0, max_depth=2)
