@@ -185,8 +185,10 @@ def add_into(out: np.ndarray, C: Packed, sign: float = 1.0) -> None:
     if isinstance(C, np.ndarray):
         if sign == 1.0:
             out += C
-        else:
+        elif sign == -1.0:
             out -= C
+        else:
+            out += sign * C
     else:
         C.add_to(out, sign)
 

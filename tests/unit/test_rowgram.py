@@ -225,3 +225,25 @@ def test_packed_and_row_held_offsets_mix_in_one_tree(monkeypatch: pytest.MonkeyP
         np.testing.assert_allclose(root.second_matrix(), _gram(seen, np.ones(seen.shape[0])),
                                    rtol=1e-9, atol=1e-6)
     assert mixed >= 3
+
+
+def test_an_engine_archive_of_schema_1_still_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checkpoints written before row-held sums (schema 1: packed C only) are read; an
+    archive of a later schema is refused with a clear error."""
+    from streammom.serialization import SnapshotFormatError
+
+    X = _counts(2_000, 200, 5, seed=12)
+    X.data[:] = 1.0
+    monkeypatch.setattr(rowgram, "ROWS_PER_PACKED_ENTRY", 0.0)  # packed from the first row
+    old = StreamingHierarchy(200, max_leaves=4, random_state=2)
+    old.partial_fit(X[:1_500])
+    monkeypatch.undo()
+    manifest, arrays = old.to_archive()
+    assert not any(k.endswith("C_rows_w") for k in arrays)
+    restored = StreamingHierarchy.from_archive({**manifest, "schema_version": 1}, arrays)
+    np.testing.assert_array_equal(restored.node_accumulator(0).second_matrix(),
+                                  old.node_accumulator(0).second_matrix())
+    restored.partial_fit(X[1_500:])  # new nodes start as rows beside the packed ones
+    assert restored.node_accumulator(0).weight == 2_000
+    with pytest.raises(SnapshotFormatError, match="schema"):
+        StreamingHierarchy.from_archive({**manifest, "schema_version": 3}, arrays)
