@@ -136,11 +136,6 @@ class RowGram:
         self.blocks = [(ip, ix, dt, w * factor) for ip, ix, dt, w in self.blocks]
         return self
 
-    def scaled(self, factor: float) -> RowGram:
-        out = self.copy()
-        out *= factor
-        return out
-
     def widen(self, d: int, d_new: int) -> RowGram:
         """The same rows with ``d_new ≥ d`` features (the new columns are zero)."""
         if d_new < d:
