@@ -314,7 +314,7 @@ class StreamingHierarchy(Estimator):
         once they outgrow it."""
         assert self.n_features_ is not None
         acc = MomentAccumulator(self.n_features_, family=self.family, second_order=False)
-        acc.C = RowGram.empty(self.n_features_)
+        acc.C = RowGram(self.n_features_)
         return Node(
             node_id=node_id,
             parent=parent,
@@ -595,11 +595,9 @@ class StreamingHierarchy(Estimator):
         every one of them is held as rows and together they are under
         :func:`~streammom.rowgram.rows_limit`; else None (assemble it packed)."""
         assert self.n_features_ is not None
-        parts = [self.nodes_[n].acc.C for n in subtree(self.nodes_, nid)]
-        if not all(isinstance(c, RowGram) for c in parts):
-            return None
-        rows = [c for c in parts if isinstance(c, RowGram)]
-        if sum(c.nnz for c in rows) > rows_limit(self.n_features_):
+        nodes = subtree(self.nodes_, nid)
+        rows = [c for n in nodes if isinstance(c := self.nodes_[n].acc.C, RowGram)]
+        if len(rows) < len(nodes) or sum(c.nnz for c in rows) > rows_limit(self.n_features_):
             return None
         return RowGram.concat(rows, self.n_features_)
 

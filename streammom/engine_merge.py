@@ -72,7 +72,7 @@ def fork_of(self: StreamingHierarchy) -> StreamingHierarchy:
         if isinstance(acc.C, SparsePacked):
             acc.C = SparsePacked(np.zeros(0, dtype=np.int64), np.zeros(0), acc.C.size)
         elif isinstance(acc.C, RowGram):
-            acc.C = RowGram.empty(acc.n_features)
+            acc.C = RowGram(acc.n_features)
         elif acc.C is not None:
             acc.C[:] = 0.0
         if acc.T is not None:

@@ -432,8 +432,7 @@ class RefitPass:
             return None
         side = split.router.side(X)
         exact = isinstance(C_full, RowGram)
-        if exact:
-            assert isinstance(C_full, RowGram)
+        if isinstance(C_full, RowGram):
             X_all, w_all = C_full.rows()
             side_all = split.router.side(X_all)
         d = X.shape[1]
@@ -461,7 +460,7 @@ class RefitPass:
             kids.append(child)
         eng._next_id += 2
         if exact:
-            v.acc.C = RowGram.empty(d)
+            v.acc.C = RowGram(d)
         else:
             offset = dense(C_full)  # the leaf's own array is used up in place
             offset = offset.copy() if offset is C_full and C_full is not v.acc.C else offset

@@ -54,7 +54,7 @@ class RowGram:
     """C = Σ_i w_i x_i x_iᵀ kept as CSR row blocks with signed weights (module docstring).
 
     >>> X = sp.csr_array(np.array([[1.0, 0, 2], [0, 1, 1]]))
-    >>> C = RowGram.empty(3); C.append(X, np.array([1.0, 2.0]), 0, 2)
+    >>> C = RowGram(3); C.append(X, np.array([1.0, 2.0]), 0, 2)
     >>> C.matmul(np.eye(3)).tolist()
     [[1.0, 0.0, 2.0], [0.0, 2.0, 2.0], [2.0, 2.0, 6.0]]
     >>> C.to_dense().tolist()  # the packed upper triangle
@@ -68,10 +68,6 @@ class RowGram:
         self.blocks: list[Block] = list(blocks)
         self.nnz = sum(int(b[1].size) for b in self.blocks)
         self.n_rows = sum(int(b[3].size) for b in self.blocks)
-
-    @classmethod
-    def empty(cls, d: int) -> RowGram:
-        return cls(d)
 
     @classmethod
     def concat(cls, parts: Sequence[RowGram], d: int) -> RowGram:

@@ -35,7 +35,7 @@ def test_rowgram_is_the_same_matrix_under_every_operation() -> None:
     d = 40
     X = _counts(60, d, 7, seed=0)
     w = np.random.default_rng(1).uniform(0.5, 2.0, 60)
-    R = RowGram.empty(d)
+    R = RowGram(d)
     R.append(X, w, 0, 25)
     R.append(X, w, 25, 60)
     expected = _gram(X, w)
@@ -61,7 +61,7 @@ def test_rowgram_is_the_same_matrix_under_every_operation() -> None:
     snapshot.add_to(out, -1.0)
     assert np.abs(out).max() < 1e-9
     # one block in the same order, whatever the batches
-    one = RowGram.empty(d)
+    one = RowGram(d)
     one.append(X, w, 0, 60)
     snapshot.compact()
     for a, b in zip(snapshot.blocks[0], one.blocks[0], strict=True):
@@ -76,12 +76,12 @@ def test_row_held_accumulator_equals_the_packed_one(family: str) -> None:
         X.data[:] = 1.0
     packed = MomentAccumulator(d, family=family)
     rows = MomentAccumulator(d, family=family)
-    rows.C = RowGram.empty(d)
+    rows.C = RowGram(d)
     for acc in (packed, rows):
         acc.update(X[:50])
         other = MomentAccumulator(d, family=family)
         if acc is rows:
-            other.C = RowGram.empty(d)
+            other.C = RowGram(d)
         other.update(X[50:])
         acc.merge(other)
         acc.decay(0.25)
@@ -97,7 +97,7 @@ def test_rows_become_packed_past_the_limit() -> None:
     d = 20
     X = _counts(200, d, 6, seed=4)
     acc = MomentAccumulator(d)
-    acc.C = RowGram.empty(d)
+    acc.C = RowGram(d)
     limit = rows_limit(d)
     per_row = 6
     under = limit // per_row
@@ -111,12 +111,12 @@ def test_rows_become_packed_past_the_limit() -> None:
 def test_row_held_archive_round_trip_and_hostile_archives() -> None:
     d = 25
     X = _counts(30, d, 4, seed=5)
-    R = RowGram.empty(d)
+    R = RowGram(d)
     R.append(X, np.linspace(1.0, 2.0, 30), 0, 30)
     arrays = R.archive()
     back = RowGram.from_archive(arrays, d)
     np.testing.assert_array_equal(back.to_dense(), R.to_dense())
-    assert RowGram.from_archive(RowGram.empty(d).archive(), d).nnz == 0
+    assert RowGram.from_archive(RowGram(d).archive(), d).nnz == 0
 
     def broken(**change: np.ndarray) -> dict[str, np.ndarray]:
         return {**arrays, **{f"C_rows_{k}": v for k, v in change.items()}}
