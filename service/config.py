@@ -240,12 +240,30 @@ class _ModelSettingsBase(_Section):
 #: ``[model]``: every :class:`streammom.StreamingHierarchy` hyper-parameter, derived from its
 #: table (:data:`streammom.engine_params.ENGINE_PARAMETERS`: same names, defaults, bounds and
 #: descriptions), plus the models-topic key and the vocabulary.
+#: Engine parameters whose daemon setting differs from the library's. ``family``: every role
+#: (learner, ingest workers, ``assign``) turns events into rows — 0/1 or counts — before any
+#: model exists, so the daemon fixes the family in its settings; ``"auto"`` (the library's
+#: default, decided by the first batch) is not offered. Its default is the daemon's use:
+#: encounters are sets of diagnosis codes.
+DAEMON_PARAMETER_OVERRIDES: dict[str, tuple[Any, Any, str]] = {
+    "family": (Literal["bernoulli", "multinomial"], "bernoulli",
+               "bernoulli: code sets (raw moments); multinomial: token counts (single-topic "
+               "estimators). Fixed in the settings: every role builds rows the same way"),
+}
+
+
+def _model_field(p: Param) -> tuple[Any, Any]:
+    if p.name in DAEMON_PARAMETER_OVERRIDES:
+        kind, default, doc = DAEMON_PARAMETER_OVERRIDES[p.name]
+        return kind, Field(default=default, description=doc)
+    return _field_type(p), Field(default=p.default, description=p.doc)
+
+
 ModelSettings = create_model(
     "ModelSettings",
     __base__=_ModelSettingsBase,
     __module__=__name__,
-    **{p.name: (_field_type(p), Field(default=p.default, description=p.doc))
-       for p in ENGINE_PARAMETERS},
+    **{p.name: _model_field(p) for p in ENGINE_PARAMETERS},
 )
 ModelSettings.__doc__ = ("Engine hyper-parameters (:class:`streammom.StreamingHierarchy`, "
                          "from its parameter table) and the vocabulary.")

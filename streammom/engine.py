@@ -56,7 +56,7 @@ from streammom.engine_input import (
 )
 from streammom.engine_merge import fork_of, merge_into
 from streammom.engine_params import ENGINE_PARAMETERS
-from streammom.estimators import Family, check_family_data
+from streammom.estimators import Family, FamilyOption, check_family_data, resolve_family
 from streammom.model import (
     HierarchyModel,
     Routing,
@@ -131,9 +131,12 @@ class StreamingHierarchy(Estimator):
     basis_dim : int in [2, 512], default 8
         m, the dimension of the tracked third-order basis (oversampling the top-2 eigenspace).
     method : {"sidiwo", "dsidiwo"}, default "sidiwo"
-    family : {"bernoulli", "multinomial"}, default "bernoulli"
-        Split rule; ``"bernoulli"`` (code sets, raw moments) or ``"multinomial"`` (token
-        counts, single-topic estimators).
+    family : {"auto", "bernoulli", "multinomial"}, default "auto"
+        The model of an event: ``"bernoulli"`` (code sets, raw moments) or ``"multinomial"``
+        (token counts, single-topic estimators). ``"auto"`` takes it from the first batch
+        learned (:func:`streammom.estimators.resolve_family`: binary → Bernoulli, counts →
+        multinomial) and keeps it: it is ``family_``, stored in snapshots; a later batch with
+        counts under a Bernoulli ``family_`` is refused with a clear error.
     em : bool, default True
     em_max_iter : int >= 1, default 20
         Likelihood refinement (:mod:`streammom.refine`): every refit ends with at most
@@ -220,7 +223,7 @@ class StreamingHierarchy(Estimator):
         reservoir_size: int = 1024,
         basis_dim: int = 8,
         method: Literal["dsidiwo", "sidiwo"] = "sidiwo",
-        family: Family = "bernoulli",
+        family: FamilyOption = "auto",
         em: bool = True,
         em_max_iter: int = 20,
         random_state: int = 0,
@@ -279,6 +282,9 @@ class StreamingHierarchy(Estimator):
             raise ValueError(f"StreamingHierarchy: n_features must be an int or None, "
                              f"got {n_features!r}")
 
+        # the family of the sums; with "auto" provisional until the first batch learned
+        self.family_: Family = "bernoulli" if family == "auto" else family
+        self._family_pending = family == "auto"
         self.n_features_: int | None = None
         self.nodes_: dict[int, Node] = {}
         self.root_id_ = 0
@@ -313,7 +319,7 @@ class StreamingHierarchy(Estimator):
         """A node with empty sums; its C starts as rows (:mod:`streammom.rowgram`), packed
         once they outgrow it."""
         assert self.n_features_ is not None
-        acc = MomentAccumulator(self.n_features_, family=self.family, second_order=False)
+        acc = MomentAccumulator(self.n_features_, family=self.family_, second_order=False)
         acc.C = RowGram(self.n_features_)
         return Node(
             node_id=node_id,
@@ -345,7 +351,7 @@ class StreamingHierarchy(Estimator):
         return HierarchyModel(
             nodes,
             n_features=self.n_features_,
-            family=self.family,
+            family=self.family_,
             method=self.method,
             version=self.model_version_,
             feature_names=names,
@@ -372,19 +378,40 @@ class StreamingHierarchy(Estimator):
                 self.model_ = self._current_model()
 
     # ------------------------------------------------------------------ input
-    def _as_matrix(self, X: Any) -> sp.csr_array:
+    def _as_matrix(self, X: Any, *, learning: bool = False) -> sp.csr_array:
         vocab = self.vocabulary
         if vocab is not None:
             if looks_like_events(X):
-                X = vocab.transform(X, binary=self.family == "bernoulli")
+                binary = self.family_ == "bernoulli" and not self._family_pending
+                X = vocab.transform(X, binary=binary)
             X = self._columns_in_use(as_csr(X), vocab)
         else:
             X = as_csr(X, self.n_features_)
         X.eliminate_zeros()
-        check_family_data(X, self.family)
+        if self._family_pending and learning and X.shape[0]:
+            self._resolve_family(X)
+        if not self._family_pending:
+            self._check_family(X)
         if self.n_features_ is None:
             self._init_tree(X.shape[1])
         return X
+
+    def _resolve_family(self, X: sp.csr_array) -> None:
+        """``family="auto"``: fix ``family_`` from the first batch learned. Nothing has been
+        learned yet, so the (empty) tree is rebuilt with accumulators of that family."""
+        self.family_ = resolve_family("auto", X)
+        self._family_pending = False
+        if self.n_features_ is not None:
+            self._init_tree(self.n_features_)
+
+    def _check_family(self, X: sp.csr_array) -> None:
+        try:
+            check_family_data(X, self.family_)
+        except ValueError as exc:
+            if self.family != "auto":
+                raise
+            raise ValueError(f"family='auto' took 'bernoulli' from the first batch learned "
+                             f"(binary); this batch has counts: {exc}") from None
 
     def _columns_in_use(self, X: sp.csr_array, vocab: Vocabulary) -> sp.csr_array:
         """``X`` cut to the state's width, widening the state first when the vocabulary has
@@ -422,7 +449,7 @@ class StreamingHierarchy(Estimator):
 
         Returns the routing of the batch (leaf, path, margins, model version used).
         """
-        X = self._as_matrix(X)
+        X = self._as_matrix(X, learning=True)
         n = X.shape[0]
         w = as_weights(weights, n)
         ts = check_timestamps(timestamps, n, required=self.half_life is not None
@@ -544,7 +571,7 @@ class StreamingHierarchy(Estimator):
         Xs.has_sorted_indices = True
         ws = w[perm]
         bounds = np.searchsorted(rank[perm], np.arange(n_leaves + 1), side="left")
-        lengths = row_sums(Xs) if self.family == "multinomial" else None
+        lengths = row_sums(Xs) if self.family_ == "multinomial" else None
         batch = self._batch_counter
         self._batch_counter += 1
         for nid, r0, r1 in layout.spans:
@@ -633,7 +660,7 @@ class StreamingHierarchy(Estimator):
         Bernoulli sums only (single-topic sums cannot drop a token exactly). Returns the
         lineage record of the swap (it changes the model's feature names: a new version)."""
         vocab = self.vocabulary
-        if vocab is None or not vocab.is_full or self.family != "bernoulli":
+        if vocab is None or not vocab.is_full or self.family_ != "bernoulli":
             return []
         elapsed = self._decay.since_refit()
         if self.half_life is not None and elapsed:
@@ -667,7 +694,7 @@ class StreamingHierarchy(Estimator):
                 if isinstance(v.acc.C, RowGram):  # however the rows arrived (rowgram docs)
                     v.acc.C.compact()
             records = self._follow_vocabulary()
-            eigen = NodeEigensolver(self.random_state, self.basis_dim, self.family,
+            eigen = NodeEigensolver(self.random_state, self.basis_dim, self.family_,
                                     self._scratch)
             records += RefitPass(self, eigen).run()
             if records:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from streammom.decay import DecayClock
+from streammom.estimators import check_family
 from streammom.model import MAX_NODE_ID, HierarchyModel, Router, check_tree, read_stop_reason
 from streammom.moments import MomentAccumulator
 from streammom.packed import SparsePacked, packed_size
@@ -80,27 +81,30 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
             "acc": acc_meta,
             "reservoir": res_meta,
         })
+    state: dict[str, Any] = {
+        "root_id": eng.root_id_,
+        "model_version": eng.model_version_,
+        "n_events_seen": eng.n_events_seen_,
+        "n_rebases": eng.n_rebases_,
+        "n_refits": eng.n_refits_,
+        "next_id": eng._next_id,
+        "batch_counter": eng._batch_counter,
+        "events_since_refit": eng._events_since_refit,
+        "refit_spent": eng._refit_spent,
+        "time_ref": eng._decay.time_ref,
+        "clock": eng._decay.now,
+        "refit_clock": eng._decay.refit_at,
+        "last_refit_time": eng.last_refit_time_,
+    }
+    if eng.family == "auto":  # the family taken from the first batch (None: not yet)
+        state["family"] = None if eng._family_pending else eng.family_
     manifest: dict[str, Any] = {
         "format": "streammom",
         "kind": "streaming-hierarchy",
         "schema_version": ENGINE_SCHEMA_VERSION,
         "config": eng.get_config(),
         "n_features": eng.n_features_,
-        "state": {
-            "root_id": eng.root_id_,
-            "model_version": eng.model_version_,
-            "n_events_seen": eng.n_events_seen_,
-            "n_rebases": eng.n_rebases_,
-            "n_refits": eng.n_refits_,
-            "next_id": eng._next_id,
-            "batch_counter": eng._batch_counter,
-            "events_since_refit": eng._events_since_refit,
-            "refit_spent": eng._refit_spent,
-            "time_ref": eng._decay.time_ref,
-            "clock": eng._decay.now,
-            "refit_clock": eng._decay.refit_at,
-            "last_refit_time": eng.last_refit_time_,
-        },
+        "state": state,
         "nodes": nodes_meta,
         "lineage": eng.lineage_,
         "vocabulary": None if eng.vocabulary is None else eng.vocabulary.to_archive()[0],
@@ -165,6 +169,7 @@ def engine_from_archive(
         eng.last_refit_time_ = (None if st["last_refit_time"] is None
                                 else float(st["last_refit_time"]))
         eng.lineage_ = [dict(r) for r in manifest["lineage"]]
+        _restore_family(eng, st)
         if d is None:
             return eng
         eng.n_features_ = int(d)
@@ -196,6 +201,9 @@ def engine_from_archive(
                 born_version=int(meta["born_version"]),
                 stop_reason=read_stop_reason(meta),
             )
+        if any(v.acc.family != eng.family_ for v in nodes.values()):
+            raise SnapshotFormatError(f"malformed engine snapshot: sums of another family "
+                                      f"than the engine's {eng.family_!r}")
         links = {nid: (n.parent, n.children) for nid, n in nodes.items()}
         if check_tree(links) != eng.root_id_:
             raise ValueError(f"root_id {eng.root_id_} is not the tree's root")
@@ -204,6 +212,9 @@ def engine_from_archive(
                 v.acc.C = SparsePacked.from_dense(v.acc.C)
         eng.nodes_ = nodes
         model = stored_model(manifest, arrays)
+        if model is not None and model.family != eng.family_:
+            raise SnapshotFormatError(f"malformed engine snapshot: the stored model is "
+                                      f"{model.family!r}, the sums {eng.family_!r}")
         if model is None:
             eng._rebuild_model()
         else:  # the model it routed with: a resumed run publishes what an unbroken one does
@@ -221,6 +232,18 @@ def engine_from_archive(
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError,
             RecursionError) as exc:
         raise SnapshotFormatError(f"malformed engine snapshot: {exc!r}") from exc
+
+
+def _restore_family(eng: StreamingHierarchy, state: Mapping[str, Any]) -> None:
+    """``family="auto"``: the family the archived engine took from its first batch, or still
+    none (then it has learned nothing)."""
+    if eng.family != "auto" or state.get("family") is None:
+        if eng.family == "auto" and eng.n_events_seen_:
+            raise SnapshotFormatError("malformed engine snapshot: family='auto' with events "
+                                      "learned but no family taken")
+        return
+    eng.family_ = check_family(state["family"])
+    eng._family_pending = False
 
 
 def stored_model(manifest: Mapping[str, Any],

@@ -32,6 +32,9 @@ def merge_into(self: StreamingHierarchy, other: StreamingHierarchy) -> Streaming
         raise TypeError("can only merge another StreamingHierarchy")
     if other.get_config() != self.get_config() or other.n_features_ != self.n_features_:
         raise ValueError("cannot merge engines with different configurations")
+    if (other.family_, other._family_pending) != (self.family_, self._family_pending):
+        raise ValueError(f"cannot merge engines of different families ({self.family_!r} and "
+                         f"{other.family_!r}, family='auto' takes it from the first batch)")
     if other.model_version_ != self.model_version_ or structure(other) != structure(self):
         raise ValueError("cannot merge engines with different model versions or trees")
     if (self.vocabulary is None) != (other.vocabulary is None):

@@ -9,7 +9,7 @@ docstring (design §3–§5).
 
 from __future__ import annotations
 
-from streammom.estimators import FAMILIES
+from streammom.estimators import FAMILY_OPTIONS
 from streammom.params import FLAG, Interval, Options, Param
 
 __all__ = ["ENGINE_PARAMETERS"]
@@ -47,9 +47,10 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
           "dimension m of the tracked third-order basis (m(m+1)(m+2)/6 sums a node)"),
     Param("method", "sidiwo", (Options(("dsidiwo", "sidiwo")),),
           "split rule: D-SIDIWO discriminators or SIDIWO pseudo-centres"),
-    Param("family", "bernoulli", (Options(FAMILIES),),
+    Param("family", "auto", (Options(FAMILY_OPTIONS),),
           "bernoulli: code sets (raw moments); multinomial: token counts (single-topic "
-          "estimators)"),
+          "estimators); auto: from the first batch learned (binary: bernoulli, else "
+          "multinomial)"),
     Param("em", True, (FLAG,),
           "refine the routers at every refit by EM over the leaves (their reservoirs), "
           "started from the leaves' sums"),

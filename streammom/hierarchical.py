@@ -41,12 +41,14 @@ from streammom._validation import as_csr, as_weights, check_random_state_int
 from streammom.base import Estimator
 from streammom.decompose import NonPositiveEigenvalueError
 from streammom.estimators import (
-    FAMILIES,
+    FAMILY_OPTIONS,
     Family,
+    FamilyOption,
     check_family_data,
     check_third_order,
     moments_from_data,
     normalisers,
+    resolve_family,
 )
 from streammom.model import HierarchyModel, Router, TreeNode
 from streammom.params import FLAG, Interval, Options, Param
@@ -128,9 +130,10 @@ class HierarchicalMoM(Estimator):
     method : {"dsidiwo", "sidiwo"}, default "dsidiwo"
         D-SIDIWO routes x to argmax_j |⟨d_j, x⟩| (thesis eq. 6.11); SIDIWO recovers two
         pseudo-centres, projects them (simplex / [0, 1]) and routes by MAP (thesis Alg. 4).
-    family : {"bernoulli", "multinomial"}, default "bernoulli"
+    family : {"auto", "bernoulli", "multinomial"}, default "auto"
         Binary code sets (raw moments, thesis ch. 4/6) or word counts (single-topic unbiased
-        estimators, thesis Thm 3.2.1).
+        estimators, thesis Thm 3.2.1); ``"auto"``: Bernoulli when X is binary, else
+        multinomial (:func:`streammom.estimators.resolve_family`), as ``family_``.
     em : bool, default False
         Refine every split with a 2-component EM started from the two children (thesis ch. 6
         §6.3); stops on ‖ΔM‖ < ``em_tol`` or ``em_max_iter`` iterations.
@@ -169,8 +172,8 @@ class HierarchicalMoM(Estimator):
     _parameters = (
         Param("max_depth", 3, (Interval(int, 0, 32),), "split levels below the root"),
         Param("method", "dsidiwo", (Options(("dsidiwo", "sidiwo")),), "split rule"),
-        Param("family", "bernoulli", (Options(FAMILIES),),
-              "code sets or token counts"),
+        Param("family", "auto", (Options(FAMILY_OPTIONS),),
+              "code sets or token counts; auto: bernoulli if X is binary"),
         Param("em", False, (FLAG,), "refine every split with a 2-component EM"),
         Param("min_node_size", 10, (Interval(int, 2, None),), "smaller nodes are not split"),
         Param("min_rotation_gap", 0.0, (Interval(float, 0.0, 1.0),),
@@ -188,7 +191,7 @@ class HierarchicalMoM(Estimator):
         self,
         max_depth: int = 3,
         method: Literal["dsidiwo", "sidiwo"] = "dsidiwo",
-        family: Family = "bernoulli",
+        family: FamilyOption = "auto",
         em: bool = False,
         min_node_size: int = 10,
         min_rotation_gap: float = 0.0,
@@ -225,11 +228,12 @@ class HierarchicalMoM(Estimator):
         if d < 2:
             raise ValueError("X needs at least 2 features")
         w = as_weights(sample_weight, n)
-        if self.family == "multinomial":  # as SpectralMixture: a clear error, not one leaf
-            check_third_order(self.family, *normalisers(self.family, w, X))
+        self.family_: Family = resolve_family(self.family, X)
+        if self.family_ == "multinomial":  # as SpectralMixture: a clear error, not one leaf
+            check_third_order(self.family_, *normalisers(self.family_, w, X))
         if w.sum() <= 0:
             raise ValueError("sample_weight sums to zero")
-        if self.family == "bernoulli" and (self.em or self.method == "sidiwo"):
+        if self.family_ == "bernoulli" and (self.em or self.method == "sidiwo"):
             check_family_data(X, "bernoulli")  # Bernoulli MAP / EM model binary data
         seed = check_random_state_int(self.random_state)
 
@@ -282,14 +286,14 @@ class HierarchicalMoM(Estimator):
         Xn = X[node.rows]
         wn = w[node.rows]
         try:
-            moments = moments_from_data(Xn, wn, family=self.family)
-            split = compute_split(moments, family=self.family, method=self.method,
+            moments = moments_from_data(Xn, wn, family=self.family_)
+            split = compute_split(moments, family=self.family_, method=self.method,
                                   random_state=seed)
         except NonPositiveEigenvalueError:
             node.stop_reason = "rank"
             return None
         except ValueError:  # undefined moments (zero weight, documents with < 3 tokens)
-            short = self.family == "multinomial" and not _has_long_document(Xn, wn)
+            short = self.family_ == "multinomial" and not _has_long_document(Xn, wn)
             node.stop_reason = "short_documents" if short else "moments"
             return None
         quality = {k: float(v) for k, v in split.quality.items()}
@@ -298,7 +302,7 @@ class HierarchicalMoM(Estimator):
             node.stop_reason = "rotation_gap"
             return None
         if self.em:
-            split = refine_split_em(split, Xn, family=self.family, weights=wn,
+            split = refine_split_em(split, Xn, family=self.family_, weights=wn,
                                     tol=self.em_tol, max_iter=self.em_max_iter)
             quality = {k: float(v) for k, v in split.quality.items()}
         go_right = split.router.side(Xn) == 1
@@ -350,7 +354,7 @@ class HierarchicalMoM(Estimator):
             if not children:
                 labels[node.rows] = nid
         self.model_ = HierarchyModel(
-            model_nodes, n_features=d, family=self.family, method=self.method,
+            model_nodes, n_features=d, family=self.family_, method=self.method,
             metadata={"estimator": "HierarchicalMoM",
                       "params": {k: _jsonable(v) for k, v in self.get_params().items()}},
         )

@@ -152,7 +152,7 @@ class RefitPass:
     def _refine(self) -> None:
         """Likelihood refinement of the routers (:mod:`streammom.refine`)."""
         eng = self.eng
-        refined = refine_routers(eng.nodes_, eng.root_id_, eng.family,
+        refined = refine_routers(eng.nodes_, eng.root_id_, eng.family_,
                                  max_iter=eng.em_max_iter)
         if refined is None:
             return
@@ -318,7 +318,7 @@ class RefitPass:
         v.fresh = 0.0
         split = self._node_split(v, v.acc.C, None)
         if split is None:
-            short = eng.family == "multinomial" and (v.acc.t2 <= 0 or v.acc.t3 <= 0)
+            short = eng.family_ == "multinomial" and (v.acc.t2 <= 0 or v.acc.t3 <= 0)
             v.stop_reason = "short_documents" if short else "moments"
             return None
         q = split.quality
@@ -332,7 +332,7 @@ class RefitPass:
             # one-sided moment split: a 2-component EM on the reservoir, started from it, then
             # from the reservoir's principal bisection (the moments saw no balanced split)
             for start in (split, principal_bisection(split, X, eng.random_state)):
-                refined = refine_split_em(start, X, family=eng.family,
+                refined = refine_split_em(start, X, family=eng.family_,
                                           max_iter=eng.em_max_iter)
                 side = refined.router.side(X)
                 if _lighter_share(side) >= eng.min_child_fraction:
@@ -345,7 +345,7 @@ class RefitPass:
             v.quality["child_share"] = share
             v.stop_reason = "one_sided"
             return None
-        return split_gain(X, side, eng.family, eng._weight_true(v)), split, right
+        return split_gain(X, side, eng.family_, eng._weight_true(v)), split, right
 
     # ------------------------------------------------------------------ one node
     def _node_split(self, v: Node, C: Packed, reference: np.ndarray | None
@@ -362,7 +362,7 @@ class RefitPass:
         """
         eng, eigen = self.eng, self.eigen
         acc = v.acc
-        if acc.weight <= 0 or (eng.family == "multinomial" and (acc.t2 <= 0 or acc.t3 <= 0)):
+        if acc.weight <= 0 or (eng.family_ == "multinomial" and (acc.t2 <= 0 or acc.t3 <= 0)):
             return None
         d = acc.n_features
         m = min(eng.basis_dim, d)
@@ -370,7 +370,7 @@ class RefitPass:
         try:
             # The eigen-solve runs in float32 (half the memory traffic; its tolerance is far
             # above float32 rounding); the single-topic corrections use float64 products.
-            multinomial = eng.family == "multinomial"
+            multinomial = eng.family_ == "multinomial"
             if isinstance(C, RowGram):
                 c_matmul = c_times = C.matmul
             else:
@@ -407,7 +407,7 @@ class RefitPass:
                 m1=acc.first_moment(),
                 third=lambda E: acc.third_slices(E, c_times=c_times),
             )
-            split = compute_split(moments, family=eng.family, method=eng.method,
+            split = compute_split(moments, family=eng.family_, method=eng.method,
                                   reference_discriminators=reference,
                                   random_state=eng.random_state)
             quality = dict(split.quality)

@@ -31,7 +31,12 @@ from streammom.decompose import (
     asvtd,
     svtd,
 )
-from streammom.estimators import FAMILIES, check_family_data, explicit_moments
+from streammom.estimators import (
+    FAMILY_OPTIONS,
+    check_family_data,
+    explicit_moments,
+    resolve_family,
+)
 from streammom.mixture import (
     MixtureEMResult,
     fit_mixture_em,
@@ -71,8 +76,9 @@ class SpectralMixture(Estimator):
     ----------
     n_components : int >= 1, default 2
         Number of mixture components k (≤ number of features).
-    family : {"bernoulli", "multinomial"}, default "bernoulli"
-        Binary data (disease codes) or counts (bag of words).
+    family : {"auto", "bernoulli", "multinomial"}, default "auto"
+        Binary data (disease codes) or counts (bag of words); ``"auto"``: Bernoulli when X is
+        binary, else multinomial (:func:`streammom.estimators.resolve_family`), as ``family_``.
     method : {"asvtd", "svtd", "jacobi"}, default "asvtd"
         How the moments are decomposed (module docstring).
     em : bool, default True
@@ -113,7 +119,8 @@ class SpectralMixture(Estimator):
 
     _parameters = (
         Param("n_components", 2, (Interval(int, 1, None),), "mixture components k (<= d)"),
-        Param("family", "bernoulli", (Options(FAMILIES),), "bernoulli or multinomial data"),
+        Param("family", "auto", (Options(FAMILY_OPTIONS),),
+              "bernoulli or multinomial data; auto: bernoulli if X is binary"),
         Param("method", "asvtd", (Options(_METHODS),), "how the moments are decomposed"),
         Param("em", True, (FLAG,), "refine the moment estimate with EM"),
         Param("tol", 1e-4, (Interval(float, 0.0, None),), "EM stops when the means move less"),
@@ -127,7 +134,7 @@ class SpectralMixture(Estimator):
         self,
         n_components: int = 2,
         *,
-        family: str = "bernoulli",
+        family: str = "auto",
         method: str = "asvtd",
         em: bool = True,
         tol: float = 1e-4,
@@ -154,11 +161,11 @@ class SpectralMixture(Estimator):
     def _decompose(self, X: Any, sample_weight: Any, seed: int) -> SpectralDecomposition:
         k = int(self.n_components)
         if self.method == "svtd":
-            M1, M2, M3 = explicit_moments(X, self.family, sample_weight)
+            M1, M2, M3 = explicit_moments(X, self.family_, sample_weight)
             return svtd(M1, M2, M3, k, slice_criterion=self.slice_criterion, random_state=seed)
         rotation = "jacobi" if self.method == "jacobi" else "slice"
         return asvtd(
-            X, k, self.family, sample_weight, rotation=rotation,
+            X, k, self.family_, sample_weight, rotation=rotation,
             slice_criterion=self.slice_criterion, random_state=seed,
         )
 
@@ -166,7 +173,8 @@ class SpectralMixture(Estimator):
         """Fit on X (n, d): scipy.sparse or dense, non-negative (binary for Bernoulli)."""
         seed = self._check_params()
         Xc = as_csr(X)
-        check_family_data(Xc, self.family)
+        self.family_ = resolve_family(self.family, Xc)
+        check_family_data(Xc, self.family_)
         n, d = Xc.shape
         k = int(self.n_components)
         if k > d:
@@ -174,17 +182,17 @@ class SpectralMixture(Estimator):
         if n < 2:
             raise ValueError("need at least 2 samples")
         dec = self._decompose(Xc, sample_weight, seed)
-        means, weights = valid_parameters(dec, self.family)
+        means, weights = valid_parameters(dec, self.family_)
         order0 = _canonical_order(weights)
         self.decomposition_ = dec
         self.moment_means_, self.moment_weights_ = means[order0], weights[order0]
         if self.em:
             res = fit_mixture_em(
-                Xc, means, weights, family=self.family, tol=self.tol,
+                Xc, means, weights, family=self.family_, tol=self.tol,
                 max_iter=int(self.max_iter), sample_weight=sample_weight,
             )
         else:
-            means, weights = prepare_parameters(means, weights, self.family)
+            means, weights = prepare_parameters(means, weights, self.family_)
             res = MixtureEMResult(means, weights, 0, False, float("nan"))
         order = _canonical_order(res.weights)
         self.means_ = np.ascontiguousarray(res.means[order])
@@ -211,7 +219,7 @@ class SpectralMixture(Estimator):
     def _joint(self, X: Any) -> np.ndarray:
         self._check_fitted()
         Xc = as_csr(X, self.n_features_in_)
-        return log_likelihood_matrix(Xc, self.means_, self.weights_, self.family)
+        return log_likelihood_matrix(Xc, self.means_, self.weights_, self.family_)
 
     def predict(self, X: Any) -> np.ndarray:
         """MAP cluster argmax_j log ω_j + log p(x | μ_j) (thesis eq. 4.2); ties to the lowest j."""

@@ -345,7 +345,7 @@ def test_warm_up_compiles_every_kernel_the_engine_uses() -> None:
 def test_bernoulli_engine_refuses_counts() -> None:
     """Issue #15: every estimator enforces the binary data family='bernoulli' models (the
     engine accepted counts up to 47 silently)."""
-    eng = StreamingHierarchy(n_features=4)
+    eng = StreamingHierarchy(n_features=4, family="bernoulli")
     with pytest.raises(ValueError, match="binary"):
         eng.learn(sp.csr_array(np.array([[0.0, 47.0, 1.0, 0.0]])))
     assert eng.n_events_seen_ == 0

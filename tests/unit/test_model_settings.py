@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from service.config import (
+    DAEMON_PARAMETER_OVERRIDES,
     ModelSettings,
     build_engine,
     load_settings,
@@ -38,9 +39,20 @@ def test_every_engine_parameter_is_a_model_setting_with_its_default() -> None:
     fields = ModelSettings.model_fields
     for p in ENGINE_PARAMETERS:
         assert p.name in fields, p.name
-        assert fields[p.name].default == p.default, p.name
+        default = DAEMON_PARAMETER_OVERRIDES.get(p.name, (None, p.default))[1]
+        assert fields[p.name].default == default, p.name
     engine = build_engine(ModelSettings())
-    assert engine.get_config() == StreamingHierarchy().get_config()
+    daemon_defaults = {k: v[1] for k, v in DAEMON_PARAMETER_OVERRIDES.items()}
+    assert engine.get_config() == StreamingHierarchy(**daemon_defaults).get_config()
+
+
+def test_the_daemon_fixes_the_family_in_its_settings() -> None:
+    """Every role turns events into rows before any model exists: the daemon's family is
+    ``bernoulli`` unless set, and the library's ``"auto"`` is refused with a clear error."""
+    assert ModelSettings().family == "bernoulli"
+    assert build_engine(ModelSettings(family="multinomial")).family_ == "multinomial"
+    with pytest.raises(ValidationError, match="bernoulli"):
+        ModelSettings(family="auto")
 
 
 def _edges(p: Param) -> list[tuple[Any, bool]]:
@@ -60,7 +72,9 @@ def _edges(p: Param) -> list[tuple[Any, bool]]:
     return out
 
 
-@pytest.mark.parametrize("param", ENGINE_PARAMETERS, ids=lambda p: p.name)
+@pytest.mark.parametrize("param", [p for p in ENGINE_PARAMETERS
+                                   if p.name not in DAEMON_PARAMETER_OVERRIDES],
+                         ids=lambda p: p.name)
 def test_settings_and_engine_share_every_bound(param: Param) -> None:
     for value, ok in _edges(param):
         assert param.accepts(value) is ok, (param.name, value)

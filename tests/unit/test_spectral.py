@@ -107,7 +107,7 @@ def test_input_validation() -> None:
     with pytest.raises(ValueError, match="NaN"):
         model.predict_proba(bad)
     with pytest.raises(ValueError, match="binary"):
-        SpectralMixture(2).fit(X * 3)
+        SpectralMixture(2, family="bernoulli").fit(X * 3)
     with pytest.raises(ValueError, match="n_components"):
         SpectralMixture(11).fit(X)
     with pytest.raises(ValueError, match="n_components"):
