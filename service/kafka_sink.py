@@ -23,6 +23,7 @@ from service.kafka_clients import (
     build_client,
     is_authentication_error,
 )
+from service.key_partitioner import CachedKeyPartitioner
 from service.transport import (
     Headers,
     TransportError,
@@ -79,6 +80,7 @@ class KafkaSink:
             client_id=f"{cfg.client_id}-producer",
             acks="all",
             enable_idempotence=True,
+            partitioner=CachedKeyPartitioner(),  # the default layout, key hashes remembered
             compression_type=cfg.compression_type,
             linger_ms=cfg.linger_ms,
             batch_size=256 * 1024,

@@ -11,8 +11,7 @@ Offsets are always *next* offsets (the offset of the next record to read), as in
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 __all__ = [
     "Headers",
@@ -39,16 +38,16 @@ class TransportError(RuntimeError):
     """A transient broker/IO failure: retried with backoff, never dead-lettered."""
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One consumed message."""
+class Record(NamedTuple):
+    """One consumed message (a named tuple: built once per event on the hot path, it costs a
+    third of a frozen dataclass)."""
 
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: Headers = field(default_factory=tuple)
+    headers: Headers = ()
     timestamp_ms: int | None = None
     #: Why the client could not read this record (a corrupt batch, a header key that is not
     #: UTF-8); key and value are then None and the worker dead-letters it as ``unreadable``.
