@@ -3,7 +3,7 @@
     .venv/bin/python bench/family_choice.py
 
 Counts leave no choice (a Bernoulli model rejects them). For every binary set of
-``bench/quality_stream.py`` (synthetic code streams, digits, DNA, MNIST 5k) the stream at its
+``bench/quality_real.py`` (synthetic code streams, digits, DNA, MNIST 5k) the stream at its
 defaults — ``max_leaves=k``, one pass in batches of 1,000 — with each family, and
 ``SpectralMixture`` (ASVTD + EM) with each family; ARI against the labels. One core.
 """
@@ -23,7 +23,7 @@ from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import offline_sets  # noqa: E402
-import quality_stream as qs  # noqa: E402
+import quality_real as qs  # noqa: E402
 
 from streammom import SpectralMixture, StreamingHierarchy  # noqa: E402
 

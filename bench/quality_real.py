@@ -1,6 +1,6 @@
 """Streaming quality at the defaults: StreamingHierarchy vs the batch estimators vs peers.
 
-    .venv/bin/python bench/quality_stream.py
+    .venv/bin/python bench/quality_real.py
 
 Protocol (issue #15): ``StreamingHierarchy`` with **default settings** — only ``n_features``
 and ``max_leaves=k`` given; the family is the default ``"auto"`` (binary → Bernoulli, counts →
