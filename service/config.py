@@ -237,9 +237,6 @@ class _ModelSettingsBase(_Section):
         return {p.name: getattr(self, p.name) for p in ENGINE_PARAMETERS}
 
 
-#: ``[model]``: every :class:`streammom.StreamingHierarchy` hyper-parameter, derived from its
-#: table (:data:`streammom.engine_params.ENGINE_PARAMETERS`: same names, defaults, bounds and
-#: descriptions), plus the models-topic key and the vocabulary.
 #: Engine parameters whose daemon setting differs from the library's. ``family``: every role
 #: (learner, ingest workers, ``assign``) turns events into rows — 0/1 or counts — before any
 #: model exists, so the daemon fixes the family in its settings; ``"auto"`` (the library's
@@ -259,6 +256,10 @@ def _model_field(p: Param) -> tuple[Any, Any]:
     return _field_type(p), Field(default=p.default, description=p.doc)
 
 
+#: ``[model]``: every :class:`streammom.StreamingHierarchy` hyper-parameter, derived from its
+#: table (:data:`streammom.engine_params.ENGINE_PARAMETERS`: same names, defaults, bounds and
+#: descriptions, but for :data:`DAEMON_PARAMETER_OVERRIDES`), plus the models-topic key and
+#: the vocabulary.
 ModelSettings = create_model(
     "ModelSettings",
     __base__=_ModelSettingsBase,

@@ -237,12 +237,15 @@ def engine_from_archive(
 def _restore_family(eng: StreamingHierarchy, state: Mapping[str, Any]) -> None:
     """``family="auto"``: the family the archived engine took from its first batch, or still
     none (then it has learned nothing)."""
-    if eng.family != "auto" or state.get("family") is None:
-        if eng.family == "auto" and eng.n_events_seen_:
+    if eng.family != "auto":
+        return
+    taken = state.get("family")
+    if taken is None:
+        if eng.n_events_seen_:
             raise SnapshotFormatError("malformed engine snapshot: family='auto' with events "
                                       "learned but no family taken")
         return
-    eng.family_ = check_family(state["family"])
+    eng.family_ = check_family(taken)
     eng._family_pending = False
 
 

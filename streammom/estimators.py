@@ -92,14 +92,18 @@ def resolve_family(family: object, X: sp.csr_array) -> Family:
     """
     if family != "auto":
         return check_family(family)
-    binary = not X.data.size or bool(np.isin(X.data, (0.0, 1.0)).all())
-    return "bernoulli" if binary else "multinomial"
+    return "bernoulli" if _is_binary(X) else "multinomial"
+
+
+def _is_binary(X: sp.csr_array) -> bool:
+    """Every stored entry of ``X`` is 0 or 1 (what a Bernoulli model describes)."""
+    return not X.data.size or bool(np.isin(X.data, (0.0, 1.0)).all())
 
 
 def check_family_data(X: sp.csr_array, family: object) -> None:
     """Bernoulli models describe binary data: reject entries other than 0 and 1."""
     check_family(family)
-    if family == "bernoulli" and X.data.size and not np.isin(X.data, (0.0, 1.0)).all():
+    if family == "bernoulli" and not _is_binary(X):
         raise ValueError("family='bernoulli' needs binary X (entries 0 or 1); counts need "
                          "family='multinomial'")
 
