@@ -24,9 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import offline_sets  # noqa: E402
 import quality_real as qs  # noqa: E402
 
-from streammom import SpectralMixture, StreamingHierarchy  # noqa: E402
-
-FAMILIES = ("bernoulli", "multinomial")
+from streammom import SpectralMixture  # noqa: E402
+from streammom.estimators import FAMILIES  # noqa: E402
 
 
 def main() -> None:
@@ -48,10 +47,7 @@ def main() -> None:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     if fit == "stream":
-                        eng = StreamingHierarchy(s.X.shape[1], max_leaves=s.k, family=family)
-                        for start in range(0, s.X.shape[0], 1_000):
-                            eng.partial_fit(s.X[start:start + 1_000])
-                        labels = eng.predict(s.X)
+                        labels = qs._stream(s, family)
                     else:
                         labels = SpectralMixture(s.k, family=family).fit(s.X).predict(s.X)
                 cells.append(f"{adjusted_rand_score(s.y, labels):.3f}")
