@@ -11,6 +11,17 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   exact sums, μ_l = s_l / W_l (Bernoulli) or s_l / T1_l (multinomial), π_l ∝ W_l;
 * EM (:func:`streammom.mixture.fit_mixture_em`, thesis ch. 4 §4.4 / ch. 6 §6.3) on the
   reservoir rows, each row weighted W_l / |reservoir_l| (it stands for that many events);
+* spectral restart: the tree's partition is one local optimum, fixed by the order the stream
+  arrived in (which clusters the first refits split off). The same rows also get the flat
+  estimate of :class:`streammom.spectral.SpectralMixture` — ASVTD of the k-component mixture
+  (thesis ch. 4 Alg. 2) on the weighted rows, then the same EM — and the fit with the larger
+  weighted log-likelihood Σ_i w_i log p(x_i) is kept (the same k, rows and weights, so the
+  two are comparable). The restart's components are put on the leaves by the assignment
+  that keeps the most row weight where it is (Hungarian method on the k × k overlap of the
+  leaves' rows and the components' MAP rows), so the tree's structure stays and routing
+  follows the better mixture. Its cost, one ASVTD and one more EM, is O(nnz · k) per pass, so
+  it runs while rows × leaves ≤ ``RESTART_WORK`` (≲ 0.1 s at d = 1,024): on every refit of a
+  short stream or a small tree, on the young tree of a long one;
 * subtree c of node v: π_c = Σ_{l∈c} π_l and μ_c = Σ_{l∈c} a_l μ_l / Σ_{l∈c} a_l with
   a_l = π_l (Bernoulli) or π_l · T1_l / W_l (multinomial: token mass), then
   :func:`streammom.model.map_router` of (μ_c₀, μ_c₁), (π_c₀, π_c₁) (thesis Alg. 4, MAP).
@@ -29,16 +40,23 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.optimize import linear_sum_assignment
 
+from streammom.decompose import asvtd
 from streammom.estimators import Family
-from streammom.mixture import fit_mixture_em, log_likelihood_matrix
+from streammom.mixture import MixtureEMResult, fit_mixture_em, log_likelihood_matrix, map_assign
 from streammom.model import Router, map_router
+from streammom.spectral import valid_parameters
 from streammom.split import Split
 from streammom.tree import Node, subtree
 
-__all__ = ["RefinedRouters", "principal_bisection", "refine_routers", "split_gain"]
+__all__ = ["RefinedRouters", "match_components", "principal_bisection", "refine_routers",
+           "spectral_restart", "split_gain"]
 
 _CENTRE_FLOOR = 1e-6
+#: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so
+#: about that of 20 EM passes over 4,096 rows of 16 leaves: ≲ 0.1 s at d = 1,024).
+RESTART_WORK = 65_536
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,8 @@ class RefinedRouters:
     n_iter: int
     converged: bool
     n_rows: int
+    restarted: bool  # the spectral restart's fit was kept (module docstring)
+    log_likelihood: float  # Σ_i w_i log p(x_i) of the kept fit on the reservoir rows
 
 
 def _route_rows(nodes: Mapping[int, Node], root_id: int, X: sp.csr_array) -> np.ndarray:
@@ -67,13 +87,12 @@ def _route_rows(nodes: Mapping[int, Node], root_id: int, X: sp.csr_array) -> np.
     return node
 
 
-def _start(rows: sp.csr_array, row_weight: np.ndarray, leaf_of_row: np.ndarray,
+def _start(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray,
            leaves: list[Node], family: Family) -> tuple[np.ndarray, np.ndarray]:
-    """(k, d) centres and (k,) shares of the rows' partition by the current routers; a leaf
-    that receives no row starts from its own sums."""
+    """(k, d) centres and (k,) shares of the rows' partition by the current routers (``label``:
+    each row's leaf, an index into ``leaves``); a leaf that receives no row starts from its
+    own sums."""
     k = len(leaves)
-    ids = np.array([v.node_id for v in leaves])
-    label = np.searchsorted(ids, leaf_of_row)
     onehot = sp.csr_array((row_weight, (label, np.arange(rows.shape[0]))),
                           shape=(k, rows.shape[0]))
     sums = np.asarray((onehot @ rows).toarray())
@@ -92,7 +111,8 @@ def _start(rows: sp.csr_array, row_weight: np.ndarray, leaf_of_row: np.ndarray,
 
 
 def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
-                   max_iter: int, tol: float = 1e-4) -> RefinedRouters | None:
+                   max_iter: int, tol: float = 1e-4, random_state: int = 0
+                   ) -> RefinedRouters | None:
     """EM over the leaves, then one MAP router per internal node (module docstring).
 
     None when there is nothing to refine: a single leaf, a leaf without weight or an empty
@@ -108,9 +128,19 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     rows = sp.vstack(blocks, format="csr")
     row_weight = np.concatenate([np.full(b.shape[0], v.acc.weight / b.shape[0])
                                  for v, b in zip(leaves, blocks, strict=True)])
-    mu0, pi0 = _start(rows, row_weight, _route_rows(nodes, root_id, rows), leaves, family)
+    label = np.searchsorted(np.array(leaf_ids), _route_rows(nodes, root_id, rows))
+    mu0, pi0 = _start(rows, row_weight, label, leaves, family)
     fit = fit_mixture_em(rows, mu0, pi0, family=family, tol=tol, max_iter=max_iter,
                          sample_weight=row_weight)
+    alt = None if rows.shape[0] * len(leaves) > RESTART_WORK else spectral_restart(
+        rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
+        random_state=random_state)
+    restarted = alt is not None and alt.log_likelihood > fit.log_likelihood
+    if restarted:
+        assert alt is not None
+        order = match_components(label, map_assign(rows, alt.means, alt.weights, family),
+                                 row_weight, len(leaves))
+        fit = replace(alt, means=alt.means[order], weights=alt.weights[order])
     mass = fit.weights.copy()
     if family == "multinomial":  # token mass of each leaf: share × mean length
         mass *= np.array([v.acc.t1 / v.acc.weight for v in leaves])
@@ -127,7 +157,42 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
             shares.append(fit.weights[idx].sum())
         routers[nid] = map_router(np.vstack(centres), np.array(shares), family,
                                   floor=_CENTRE_FLOOR)
-    return RefinedRouters(routers, fit.n_iter, fit.converged, rows.shape[0])
+    return RefinedRouters(routers, fit.n_iter, fit.converged, rows.shape[0], restarted,
+                          fit.log_likelihood)
+
+
+def spectral_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: Family, *,
+                     max_iter: int, tol: float, random_state: int) -> MixtureEMResult | None:
+    """The flat k-component estimate of the weighted rows: ASVTD (thesis ch. 4 Alg. 2), the
+    parameters mapped into the family's range, then EM (what :class:`SpectralMixture` fits).
+    None when the rows do not support it: k above the number of columns or rows, or the
+    moments undefined or of rank below k (documents too short for third-order moments)."""
+    n, d = rows.shape
+    if k < 2 or k > min(n, d):
+        return None
+    try:
+        decomposition = asvtd(rows, k, family, row_weight, random_state=random_state)
+    except (ValueError, np.linalg.LinAlgError):  # rank < k, moments undefined (decompose.py)
+        return None
+    means, weights = valid_parameters(decomposition, family)
+    return fit_mixture_em(rows, means, weights, family=family, tol=tol, max_iter=max_iter,
+                          sample_weight=row_weight)
+
+
+def match_components(label: np.ndarray, component: np.ndarray, row_weight: np.ndarray,
+                     k: int) -> np.ndarray:
+    """The component each of k leaves takes: the one-to-one assignment that maximises the row
+    weight whose leaf and component agree, Σ_l overlap[l, order[l]] with overlap[l, j] =
+    Σ_{i: label_i = l, component_i = j} w_i (Hungarian method,
+    :func:`scipy.optimize.linear_sum_assignment`; deterministic).
+
+    >>> match_components(np.array([0, 0, 1]), np.array([1, 1, 0]), np.ones(3), 2).tolist()
+    [1, 0]
+    """
+    overlap = np.zeros((k, k))
+    np.add.at(overlap, (label, component), row_weight)
+    _, order = linear_sum_assignment(overlap, maximize=True)
+    return order
 
 
 def split_gain(X: sp.csr_array, side: np.ndarray, family: Family, weight: float) -> float:

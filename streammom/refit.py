@@ -120,6 +120,7 @@ class RefitPass:
         while heap and n_leaves < eng.max_leaves:
             _, nid, right, split = heapq.heappop(heap)
             v = eng.nodes_[nid]
+            split, right = self._split_em(v, split, right)
             if self._spawn_children(v, split, v.acc.C) is None:
                 v.stop_reason = "moments"
                 continue
@@ -153,7 +154,7 @@ class RefitPass:
         """Likelihood refinement of the routers (:mod:`streammom.refine`)."""
         eng = self.eng
         refined = refine_routers(eng.nodes_, eng.root_id_, eng.family_,
-                                 max_iter=eng.em_max_iter)
+                                 max_iter=eng.em_max_iter, random_state=eng.random_state)
         if refined is None:
             return
         changed = [nid for nid, r in refined.routers.items()
@@ -163,7 +164,8 @@ class RefitPass:
         if changed:
             root = eng.nodes_[eng.root_id_]
             self._record("refine", root, nodes=changed, em_iterations=refined.n_iter,
-                         em_converged=refined.converged, em_rows=refined.n_rows)
+                         em_converged=refined.converged, em_rows=refined.n_rows,
+                         em_restarted=refined.restarted)
 
     # ------------------------------------------------------------------ decisions
     def _stale(self, v: Node) -> bool:
@@ -346,6 +348,24 @@ class RefitPass:
             v.stop_reason = "one_sided"
             return None
         return split_gain(X, side, eng.family_, eng._weight_true(v)), split, right
+
+    def _split_em(self, v: Node, split: Split, right: float) -> tuple[Split, float]:
+        """Per-split EM (thesis ch. 6 §6.3, as :class:`HierarchicalMoM` with ``em=True``) on
+        the split growth applies: a 2-component EM on the leaf's reservoir rows started from
+        the moment split. Run once the split is chosen (candidates are ranked by the moment
+        split's gain, so EM runs once per split made, not per candidate), skipped when the
+        one-sided rescue of :meth:`_leaf_split` already ran EM; a result that leaves a side
+        below ``min_child_fraction`` keeps the moment split. The split and the share of
+        reservoir rows it sends to child 1."""
+        eng = self.eng
+        if not eng.em or "em_iterations" in split.quality:
+            return split, right
+        X = v.reservoir.to_csr()
+        refined = refine_split_em(split, X, family=eng.family_, max_iter=eng.em_max_iter)
+        side = refined.router.side(X)
+        if _lighter_share(side) < eng.min_child_fraction:
+            return split, right
+        return refined, float(side.mean())
 
     # ------------------------------------------------------------------ one node
     def _node_split(self, v: Node, C: Packed, reference: np.ndarray | None

@@ -8,9 +8,10 @@ import pytest
 import scipy.sparse as sp
 from sklearn.metrics import adjusted_rand_score
 
-from streammom import StreamingHierarchy
+from streammom import StreamingHierarchy, refine
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.mixture import map_assign
+from streammom.model import Router
 from streammom.refine import refine_routers, split_gain
 
 
@@ -216,3 +217,71 @@ def test_auto_refits_stay_within_the_cost_budget() -> None:
     decaying = StreamingHierarchy(X.shape[1], half_life=8_000)
     decaying.partial_fit(X[:40_000])
     assert decaying._refit_interval() == 2_000  # a quarter half-life: refits follow the decay
+
+
+def _scrambled(seed: int) -> tuple[StreamingHierarchy, sp.csr_array, np.ndarray]:
+    """A 4-leaf tree whose routers were replaced by random ones: its partition of the
+    reservoir rows is a poor start for EM, the situation the spectral restart is for."""
+    X, y, _ = _stream(4_000, seed=seed)
+    eng = StreamingHierarchy(X.shape[1], max_leaves=4, refit_every=None, em=False)
+    eng.partial_fit(X)
+    eng.refit()
+    rng = np.random.default_rng(seed)
+    for v in eng.nodes_.values():
+        if not v.is_leaf:
+            v.router = Router(rng.normal(size=(2, X.shape[1])), np.zeros(2), absolute=True)
+    return eng, X, y
+
+
+def test_spectral_restart_replaces_a_poor_partition_and_keeps_the_better_likelihood(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    eng, X, y = _scrambled(seed=7)
+    monkeypatch.setattr(refine, "RESTART_WORK", 0)  # no restart: EM from the partition only
+    alone = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)
+    monkeypatch.undo()
+    both = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)
+    again = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)
+    assert alone is not None and both is not None and again is not None
+    assert not alone.restarted and both.restarted
+    assert both.log_likelihood > alone.log_likelihood
+    assert all(both.routers[nid].same_as(again.routers[nid]) for nid in both.routers)
+
+    def ari(refined: refine.RefinedRouters) -> float:
+        for nid, router in refined.routers.items():
+            eng.nodes_[nid].router = router
+        return adjusted_rand_score(y, refine._route_rows(eng.nodes_, eng.root_id_, X))
+
+    assert ari(both) >= ari(alone) - 0.01  # the better likelihood clusters no worse
+
+
+def test_the_restart_is_skipped_above_its_work_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    eng, _, _ = _scrambled(seed=8)
+    calls: list[int] = []
+    real = refine.spectral_restart
+    monkeypatch.setattr(refine, "spectral_restart",
+                        lambda rows, *a, **k: calls.append(rows.shape[0]) or real(rows, *a, **k))
+    refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=5)
+    n_rows = calls[0]
+    monkeypatch.setattr(refine, "RESTART_WORK", n_rows * 4 - 1)  # 4 leaves
+    refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=5)
+    assert calls == [n_rows]
+
+
+def test_match_components_keeps_each_leaf_on_the_component_that_holds_its_rows() -> None:
+    label = np.repeat([0, 1, 2], 10)
+    component = np.repeat([2, 0, 1], 10)
+    component[:3] = 1  # a few rows of leaf 0 moved
+    assert refine.match_components(label, component, np.ones(30), 3).tolist() == [2, 0, 1]
+
+
+def test_growth_refines_every_split_it_makes_with_a_two_component_em() -> None:
+    """Per-split EM as in HierarchicalMoM(em=True): every split the growth phase makes
+    carries its EM iteration count; without EM none does."""
+    X, _, _ = _stream(3_000, seed=9)
+    for em in (True, False):
+        eng = StreamingHierarchy(X.shape[1], max_leaves=6, refit_every=None, em=em)
+        eng.partial_fit(X)
+        eng.refit()  # one refit: the growth phase makes every split
+        internal = [v for v in eng.nodes_.values() if not v.is_leaf]
+        assert len(internal) == 5
+        assert all(("em_iterations" in v.quality) == em for v in internal), em
