@@ -116,7 +116,8 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     """EM over the leaves, then one MAP router per internal node (module docstring).
 
     None when there is nothing to refine: a single leaf, a leaf without weight or an empty
-    reservoir (the moment routers stay).
+    reservoir (the moment routers stay). ``random_state`` seeds the spectral restart's
+    whitening (Lanczos start vector), so the result is deterministic.
     """
     leaf_ids = sorted(nid for nid, v in nodes.items() if v.is_leaf)
     leaves = [nodes[nid] for nid in leaf_ids]
@@ -135,12 +136,12 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     alt = None if rows.shape[0] * len(leaves) > RESTART_WORK else spectral_restart(
         rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
         random_state=random_state)
-    restarted = alt is not None and alt.log_likelihood > fit.log_likelihood
-    if restarted:
-        assert alt is not None
+    restarted = False
+    if alt is not None and alt.log_likelihood > fit.log_likelihood:
         order = match_components(label, map_assign(rows, alt.means, alt.weights, family),
                                  row_weight, len(leaves))
         fit = replace(alt, means=alt.means[order], weights=alt.weights[order])
+        restarted = True
     mass = fit.weights.copy()
     if family == "multinomial":  # token mass of each leaf: share × mean length
         mass *= np.array([v.acc.t1 / v.acc.weight for v in leaves])

@@ -12,8 +12,11 @@ Design §5. A :class:`RefitPass` runs once per :meth:`StreamingHierarchy.refit
    :class:`~streammom.tree.Stale` (the data no longer support a split) or
    :class:`~streammom.tree.Prune` (a child's decayed weight fell below ``prune_fraction``);
 2. **apply** (top-down): a parent's re-split or prune overrides its descendants' plans;
-3. **grow**: leaves heavy enough split, heaviest first, while depth and leaf budget allow and
-   the split quality floors hold (design §4 "split quality").
+3. **grow**: leaves heavy enough split, the largest log-likelihood gain first, while depth
+   and leaf budget allow and the split quality floors hold (design §4 "split quality"); with
+   ``em`` on, each split made is refined by a 2-component EM on the leaf's reservoir;
+4. **refine** (``em``): EM over the leaves' mixture with its spectral restart, then MAP
+   routers (:mod:`streammom.refine`).
 
 Each change appends a lineage record; the caller bumps the model version when any exists.
 Children start from the parent's reservoir routed by the new split, scaled to its weight.
@@ -363,7 +366,7 @@ class RefitPass:
         X = v.reservoir.to_csr()
         refined = refine_split_em(split, X, family=eng.family_, max_iter=eng.em_max_iter)
         side = refined.router.side(X)
-        if _lighter_share(side) < eng.min_child_fraction:
+        if _lighter_share(side) < max(eng.min_child_fraction, 1e-12):
             return split, right
         return refined, float(side.mean())
 
