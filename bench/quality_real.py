@@ -109,8 +109,9 @@ def _offline(loader: Callable[[], offline_sets.LabelledData | None]) -> Labelled
     return LabelledSet(name, X, y, resolve_family("auto", X), k)
 
 
-def _shuffled(s: LabelledSet) -> LabelledSet:
-    order = np.random.default_rng(0).permutation(s.X.shape[0])
+def _shuffled(s: LabelledSet, seed: int = 0) -> LabelledSet:
+    """The rows of ``s`` in the random order ``seed`` (the acceptance protocol's is 0)."""
+    order = np.random.default_rng(seed).permutation(s.X.shape[0])
     return LabelledSet(s.name, s.X[order], s.y[order], s.family, s.k,
                        None if s.oracle is None else s.oracle[order])
 

@@ -38,8 +38,7 @@ def main() -> None:
             continue
         scores = []
         for seed in range(args.orders):
-            order = np.random.default_rng(seed).permutation(s.X.shape[0])
-            shuffled = qr.LabelledSet(s.name, s.X[order], s.y[order], s.family, s.k)
+            shuffled = qr._shuffled(s, seed)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 scores.append(adjusted_rand_score(shuffled.y, qr._stream(shuffled)))
