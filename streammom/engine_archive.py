@@ -21,7 +21,14 @@ import numpy as np
 
 from streammom.decay import DecayClock
 from streammom.estimators import check_family
-from streammom.model import MAX_NODE_ID, HierarchyModel, Router, check_tree, read_stop_reason
+from streammom.model import (
+    MAX_NODE_ID,
+    HierarchyModel,
+    LeafScore,
+    Router,
+    check_tree,
+    read_stop_reason,
+)
 from streammom.moments import MomentAccumulator
 from streammom.packed import SparsePacked, packed_size
 from streammom.reservoir import Reservoir
@@ -66,6 +73,8 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
             arrays[f"n{nid}_router_b"] = v.router.bias
         if v.discriminators is not None:
             arrays[f"n{nid}_D"] = v.discriminators
+        if v.score is not None:
+            arrays[f"n{nid}_score_w"] = v.score.weights
         nodes_meta.append({
             "id": nid,
             "parent": v.parent,
@@ -78,6 +87,7 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
             "backoff": v.backoff,
             "born_version": v.born_version,
             "stop_reason": v.stop_reason,
+            **({"score_b": v.score.bias} if v.score is not None else {}),
             "acc": acc_meta,
             "reservoir": res_meta,
         })
@@ -200,6 +210,8 @@ def engine_from_archive(
                 backoff=int(meta["backoff"]),
                 born_version=int(meta["born_version"]),
                 stop_reason=read_stop_reason(meta),
+                score=(LeafScore(np.array(sub["score_w"], dtype=np.float64),
+                                 float(meta["score_b"])) if "score_b" in meta else None),
             )
         if any(v.acc.family != eng.family_ for v in nodes.values()):
             raise SnapshotFormatError(f"malformed engine snapshot: sums of another family "
@@ -219,9 +231,12 @@ def engine_from_archive(
             eng._rebuild_model()
         else:  # the model it routed with: a resumed run publishes what an unbroken one does
             for nid, v in nodes.items():
-                r = model.nodes[nid].router
-                if (r is None) != (v.router is None) or (r is not None
-                                                         and not r.same_as(v.router)):
+                r, sc = model.nodes[nid].router, model.nodes[nid].score
+                score = None if v.children else v.score
+                if ((r is None) != (v.router is None)
+                        or (r is not None and not r.same_as(v.router))
+                        or (sc is None) != (score is None)
+                        or (sc is not None and not sc.same_as(score))):
                     raise SnapshotFormatError(f"malformed engine snapshot: node {nid}: the "
                                               "stored model routes differently from the tree")
             eng.model_ = model

@@ -15,6 +15,15 @@ Routers (design §4):
   weights + bias, ``absolute=False``.
 
 The margin of a routing step is |score₀ − score₁|: how decisively the event took its branch.
+
+Scored leaves (the streaming engine's likelihood refinement, design §5): when every leaf
+carries a :class:`LeafScore` — its component of the refined k-component mixture as the linear
+score s_l(x) = log π_l + log p(x | μ_l) (up to a per-row constant) — an event's label is the
+MAP leaf argmax_l s_l(x) (thesis eq. 4.2 over the leaves' mixture), and its path the leaf's
+ancestors. Equivalently each internal node sends the event to the child whose likeliest leaf
+scores higher (the subtree collapsed by its best component), the margin being that score's
+lead over the sibling subtree's best. :meth:`HierarchyModel.route_tree` keeps the router
+walk, which the engine's sums follow.
 """
 
 from __future__ import annotations
@@ -39,8 +48,8 @@ from streammom.serialization import (
     read_archive,
 )
 
-__all__ = ["REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel", "Router", "Routing", "TreeNode",
-           "describe_refusals", "map_router"]
+__all__ = ["REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel", "LeafScore", "Router", "Routing",
+           "TreeNode", "describe_refusals", "leaf_scores", "map_router"]
 
 MODEL_SCHEMA_VERSION = 1
 MAX_NODE_ID = 2**24 - 1
@@ -86,6 +95,44 @@ class Router:
         return (scores[:, 1] > scores[:, 0]).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class LeafScore:
+    """A leaf's mixture component as a linear score s(x) = ⟨w, x⟩ + b (module docstring)."""
+
+    weights: np.ndarray  # (d,)
+    bias: float
+
+    def same_as(self, other: LeafScore | None) -> bool:
+        """Whether ``other`` is this score exactly (bit-identical parameters)."""
+        return (other is not None and self.bias == other.bias
+                and np.array_equal(self.weights, other.weights))
+
+
+def _log_linear(mu: np.ndarray, omega: np.ndarray, family: Family, floor: float
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(weights, bias) of log ω_j + log p(x | μ_j) as linear functions of x (module
+    docstring), centres clipped into [floor, 1 − floor] (Bernoulli) or floored and
+    renormalised (multinomial) and ω floored, so log 0 never occurs (digest §7, pitfall 7)."""
+    omega = np.clip(np.asarray(omega, dtype=float), floor, None)
+    omega = omega / omega.sum()
+    mu = np.asarray(mu, dtype=float)
+    if family == "bernoulli":
+        mu = np.clip(mu, floor, 1.0 - floor)
+        return np.log(mu) - np.log1p(-mu), np.log(omega) + np.log1p(-mu).sum(axis=1)
+    check_family(family)
+    mu = np.maximum(mu, floor)
+    mu = mu / mu.sum(axis=1, keepdims=True)
+    return np.log(mu), np.log(omega)
+
+
+def leaf_scores(centres: np.ndarray, weights: np.ndarray, family: Family, *,
+                floor: float = _MU_FLOOR) -> list[LeafScore]:
+    """The :class:`LeafScore` of every component of a k-component mixture (centres (k, d),
+    mixing weights (k,)): s_j(x) = log ω_j + log p(x | μ_j) (thesis eq. 4.1 / 3.4)."""
+    w, b = _log_linear(centres, weights, family, floor)
+    return [LeafScore(w[j], float(b[j])) for j in range(w.shape[0])]
+
+
 def map_router(
     centres: np.ndarray,
     weights: np.ndarray,
@@ -98,20 +145,7 @@ def map_router(
     Centres are clipped into [floor, 1 − floor] (Bernoulli) or floored and renormalised to sum 1
     (multinomial) first, so log 0 never occurs (thesis digest §7, pitfall 7).
     """
-    mu = np.asarray(centres, dtype=float)
-    omega = np.clip(np.asarray(weights, dtype=float), floor, None)
-    omega = omega / omega.sum()
-    if family == "bernoulli":
-        mu = np.clip(mu, floor, 1.0 - floor)
-        w = np.log(mu) - np.log1p(-mu)
-        b = np.log(omega) + np.log1p(-mu).sum(axis=1)
-    elif family == "multinomial":
-        mu = np.maximum(mu, floor)
-        mu = mu / mu.sum(axis=1, keepdims=True)
-        w = np.log(mu)
-        b = np.log(omega)
-    else:
-        check_family(family)
+    w, b = _log_linear(centres, weights, family, floor)
     return Router(weights=w, bias=b, absolute=False)
 
 
@@ -161,7 +195,8 @@ class TreeNode:
     moment s / W. Internal nodes have two ``children`` and a ``router``; leaves have neither.
     ``quality`` holds the split-quality signals measured when the split was made;
     ``stop_reason`` (a key of :data:`STOP_REASONS`, leaves only) why the leaf is not split,
-    None when nothing stops it (it splits once it has seen enough new events).
+    None when nothing stops it (it splits once it has seen enough new events); ``score``
+    (leaves only) the leaf's component of the refined mixture (module docstring).
     """
 
     node_id: int
@@ -173,6 +208,7 @@ class TreeNode:
     router: Router | None = None
     quality: Mapping[str, float] = field(default_factory=dict)
     stop_reason: str | None = None
+    score: LeafScore | None = None
 
     @property
     def is_leaf(self) -> bool:
@@ -260,6 +296,10 @@ class HierarchyModel:
                 for c in node.children:
                     if c not in self.nodes or self.nodes[c].parent != node.node_id:
                         raise ValueError(f"node {node.node_id}: child {c} is not linked back")
+            if node.score is not None and (node.children or node.score.weights.shape
+                                           != (self.n_features,)):
+                raise ValueError(f"node {node.node_id}: a score needs a leaf and shape "
+                                 f"({self.n_features},)")
         if self.feature_names is not None and len(self.feature_names) != self.n_features:
             raise ValueError("feature_names must have n_features entries")
 
@@ -280,6 +320,22 @@ class HierarchyModel:
         for nid, i in self._internal_index.items():
             self._int_of_node[nid] = i
         self.max_depth = max(n.depth for n in self.nodes.values())
+        leaves = [n for n in self.nodes.values() if n.is_leaf]
+        self.scored = len(leaves) > 1 and all(n.score is not None for n in leaves)
+        if self.scored:
+            self._leaf_w = np.vstack([n.score.weights for n in leaves])  # type: ignore[union-attr]
+            self._leaf_b = np.array([n.score.bias for n in leaves])  # type: ignore[union-attr]
+            self._leaf_id = np.array([n.node_id for n in leaves], dtype=np.int64)
+            self._leaf_path = np.full((len(leaves), self.max_depth + 1), -1, dtype=np.int64)
+            for i, n in enumerate(leaves):
+                path = self.path_to(n.node_id)
+                self._leaf_path[i, :len(path)] = path
+            rank = {n.node_id: i for i, n in enumerate(leaves)}
+            # per internal node: the leaves (indices into the leaf table) under each child
+            self._subtree_leaves = {
+                v.node_id: tuple(np.array([rank[u] for u in self._leaves_under(c)])
+                                 for c in v.children)
+                for v in internal}
 
     @property
     def leaf_ids(self) -> tuple[int, ...]:
@@ -338,8 +394,8 @@ class HierarchyModel:
         )
 
     # ------------------------------------------------------------------ routing
-    def route(self, X: Any, *, check_input: bool = True) -> Routing:
-        """Route every row of ``X`` root → leaf. Cost O(nnz(X) · depth).
+    def route_tree(self, X: Any, *, check_input: bool = True) -> Routing:
+        """Route every row of ``X`` root → leaf by the routers. Cost O(nnz(X) · depth).
 
         Each row is scored only by the routers on its own path (compiled walk,
         :func:`streammom._kernels.route_rows`): at router r it goes to child 1 when
@@ -362,9 +418,41 @@ class HierarchyModel:
                                 self.root_id, leaf, paths, margins)
         return Routing(leaf_ids=leaf, paths=paths, margins=margins, model_version=self.version)
 
+    def route(self, X: Any, *, check_input: bool = True) -> Routing:
+        """The label of every row of ``X``: the MAP leaf when the leaves are scored (module
+        docstring; cost O(nnz(X) · k + n · k · depth)), the router walk otherwise."""
+        if not self.scored:
+            return self.route_tree(X, check_input=check_input)
+        if check_input:
+            X = as_csr(X, self.n_features)
+        S = np.asarray(X @ self._leaf_w.T) + self._leaf_b  # (n, k) leaf scores
+        best = np.argmax(S, axis=1)  # ties to the lowest leaf id
+        paths = self._leaf_path[best]
+        margins = np.full((X.shape[0], self.max_depth), np.nan)
+        top = S[np.arange(X.shape[0]), best]
+        for nid, sides in self._subtree_leaves.items():
+            level = self.nodes[nid].depth
+            rows = np.flatnonzero(paths[:, level] == nid)
+            if rows.size:
+                went = (paths[rows, level + 1] == self.nodes[nid].children[1]).astype(np.int64)
+                other = np.where(went == 0, S[rows][:, sides[1]].max(axis=1),
+                                 S[rows][:, sides[0]].max(axis=1))
+                margins[rows, level] = top[rows] - other
+        return Routing(leaf_ids=self._leaf_id[best], paths=paths, margins=margins,
+                       model_version=self.version)
+
     def predict(self, X: Any) -> np.ndarray:
         """Leaf id of every row."""
         return self.route(X).leaf_ids
+
+    def _leaves_under(self, node_id: int) -> list[int]:
+        out, stack = [], [node_id]
+        while stack:
+            v = self.nodes[stack.pop()]
+            if v.is_leaf:
+                out.append(v.node_id)
+            stack.extend(v.children)
+        return out
 
     # ------------------------------------------------------------------ interpretation
     def top_features(self, node_id: int, *, n: int = 10, lam: float = 0.7) -> list[FeatureScore]:
@@ -408,10 +496,12 @@ class HierarchyModel:
                     "quality": {k: float(v) for k, v in sorted(self.nodes[nid].quality.items())},
                     **({"stop_reason": self.nodes[nid].stop_reason}
                        if self.nodes[nid].stop_reason is not None else {}),
+                    **({"scored": True} if self.nodes[nid].score is not None else {}),
                 }
                 for nid in order
             ],
         }
+        scored = [self.nodes[nid].score for nid in order if self.nodes[nid].score is not None]
         d = self.n_features
         arrays = {
             "means": np.array([self.nodes[nid].mean for nid in order], dtype=dtype).reshape(-1, d),
@@ -422,6 +512,10 @@ class HierarchyModel:
                 [self.nodes[nid].router.bias for nid in internal], dtype=np.float64
             ).reshape(-1, 2),
         }
+        if scored:  # absent from unscored models (and from archives written before scores)
+            arrays["score_weights"] = np.array([sc.weights for sc in scored],  # type: ignore[union-attr]
+                                               dtype=dtype).reshape(-1, d)
+            arrays["score_bias"] = np.array([sc.bias for sc in scored], dtype=np.float64)  # type: ignore[union-attr]
         return manifest, arrays
 
     @classmethod
@@ -473,13 +567,23 @@ class HierarchyModel:
                 raise SnapshotFormatError(
                     f"malformed hierarchy model: family {manifest['family']!r}"
                 )
-            internal_i = 0
+            n_scored = sum(1 for meta in nodes_meta if meta.get("scored"))
+            sw = np.asarray(arrays.get("score_weights", np.zeros((0, d))), dtype=np.float64)
+            sb = np.asarray(arrays.get("score_bias", np.zeros(0)), dtype=np.float64)
+            if sw.shape != (n_scored, d) or sb.shape != (n_scored,):
+                raise SnapshotFormatError(
+                    f"malformed hierarchy model: {n_scored} scored leaves of {d} features, but "
+                    f"arrays score_weights {sw.shape}, score_bias {sb.shape}")
+            internal_i = scored_i = 0
             nodes = []
             for row, meta in enumerate(nodes_meta):
-                router = None
+                router = score = None
                 if meta["children"]:
                     router = Router(rw[internal_i], rb[internal_i], bool(meta["absolute"]))
                     internal_i += 1
+                if meta.get("scored"):
+                    score = LeafScore(sw[scored_i], float(sb[scored_i]))
+                    scored_i += 1
                 nodes.append(
                     TreeNode(
                         node_id=int(meta["id"]),
@@ -491,6 +595,7 @@ class HierarchyModel:
                         router=router,
                         quality={str(k): float(v) for k, v in meta.get("quality", {}).items()},
                         stop_reason=read_stop_reason(meta),
+                        score=score,
                     )
                 )
             return cls(

@@ -24,7 +24,11 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   short stream or a small tree, on the young tree of a long one;
 * subtree c of node v: π_c = Σ_{l∈c} π_l and μ_c = Σ_{l∈c} a_l μ_l / Σ_{l∈c} a_l with
   a_l = π_l (Bernoulli) or π_l · T1_l / W_l (multinomial: token mass), then
-  :func:`streammom.model.map_router` of (μ_c₀, μ_c₁), (π_c₀, π_c₁) (thesis Alg. 4, MAP).
+  :func:`streammom.model.map_router` of (μ_c₀, μ_c₁), (π_c₀, π_c₁) (thesis Alg. 4, MAP);
+* every leaf keeps its own component (μ_l, π_l) as a :class:`~streammom.model.LeafScore`:
+  the model labels an event by the MAP leaf of the refined mixture (thesis eq. 4.2), which
+  the collapsed routers only approximate (a subtree of several components is not one), while
+  the sums keep following the routers (the start of the next refit's EM and moment steps).
 
 The events a refined router sends to a leaf update that leaf's sums and reservoir, from which
 the next refit starts again: a stepwise classification EM over the stream whose state is the
@@ -45,7 +49,7 @@ from scipy.optimize import linear_sum_assignment
 from streammom.decompose import asvtd
 from streammom.estimators import Family
 from streammom.mixture import MixtureEMResult, fit_mixture_em, log_likelihood_matrix, map_assign
-from streammom.model import Router, map_router
+from streammom.model import LeafScore, Router, leaf_scores, map_router
 from streammom.spectral import valid_parameters
 from streammom.split import Split
 from streammom.tree import Node, subtree
@@ -69,6 +73,7 @@ class RefinedRouters:
     n_rows: int
     restarted: bool  # the spectral restart's fit was kept (module docstring)
     log_likelihood: float  # Σ_i w_i log p(x_i) of the kept fit on the reservoir rows
+    scores: dict[int, LeafScore]  # every leaf's component of the kept fit
 
 
 def _route_rows(nodes: Mapping[int, Node], root_id: int, X: sp.csr_array) -> np.ndarray:
@@ -158,8 +163,10 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
             shares.append(fit.weights[idx].sum())
         routers[nid] = map_router(np.vstack(centres), np.array(shares), family,
                                   floor=_CENTRE_FLOOR)
+    scores = dict(zip(leaf_ids, leaf_scores(fit.means, fit.weights, family,
+                                            floor=_CENTRE_FLOOR), strict=True))
     return RefinedRouters(routers, fit.n_iter, fit.converged, rows.shape[0], restarted,
-                          fit.log_likelihood)
+                          fit.log_likelihood, scores)
 
 
 def spectral_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: Family, *,

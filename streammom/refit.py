@@ -154,21 +154,28 @@ class RefitPass:
             r["event"] in ("split", "re-split", "prune") for r in self.records)
 
     def _refine(self) -> None:
-        """Likelihood refinement of the routers (:mod:`streammom.refine`)."""
+        """Likelihood refinement of the routers and the leaves' scores (:mod:`streammom.refine`);
+        without a refinement (nothing to refine) no leaf keeps a score, so the model labels by
+        the routers."""
         eng = self.eng
         refined = refine_routers(eng.nodes_, eng.root_id_, eng.family_,
                                  max_iter=eng.em_max_iter, random_state=eng.random_state)
-        if refined is None:
-            return
-        changed = [nid for nid, r in refined.routers.items()
-                   if not r.same_as(eng.nodes_[nid].router)]
+        scores = {} if refined is None else refined.scores
+        rescored = [nid for nid, v in eng.nodes_.items()
+                    if (v.score is None) != (scores.get(nid) is None)
+                    or (v.score is not None and not v.score.same_as(scores.get(nid)))]
+        for nid, v in eng.nodes_.items():
+            v.score = scores.get(nid)
+        changed = [] if refined is None else [
+            nid for nid, r in refined.routers.items() if not r.same_as(eng.nodes_[nid].router)]
         for nid in changed:
-            eng.nodes_[nid].router = refined.routers[nid]
-        if changed:
+            eng.nodes_[nid].router = refined.routers[nid]  # type: ignore[union-attr]
+        if changed or rescored:
             root = eng.nodes_[eng.root_id_]
-            self._record("refine", root, nodes=changed, em_iterations=refined.n_iter,
-                         em_converged=refined.converged, em_rows=refined.n_rows,
-                         em_restarted=refined.restarted)
+            fit = {} if refined is None else {
+                "em_iterations": refined.n_iter, "em_converged": refined.converged,
+                "em_rows": refined.n_rows, "em_restarted": refined.restarted}
+            self._record("refine", root, nodes=changed, scored=sorted(rescored), **fit)
 
     # ------------------------------------------------------------------ decisions
     def _stale(self, v: Node) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streammom.model import Router, TreeNode
+from streammom.model import LeafScore, Router, TreeNode
 from streammom.moments import MomentAccumulator
 from streammom.packed import Packed, packed_line_positions
 from streammom.reservoir import Reservoir
@@ -44,6 +44,7 @@ class Node:
     backoff: int = 0  # consecutive stable refits (each doubles the new-weight fraction needed)
     born_version: int = 0
     stop_reason: str | None = None  # leaves: why the last refit did not split it (STOP_REASONS)
+    score: LeafScore | None = None  # leaves: component of the last refinement's mixture
 
     @property
     def is_leaf(self) -> bool:
@@ -65,7 +66,8 @@ def widen_tree(nodes: Mapping[int, Node], d_new: int) -> None:
 
     Exact: no event has touched the new columns, so their moments are zero, and a router's
     weight on them is zero for both children — the routing of every row is unchanged (a MAP
-    router would give both children the same floored weight there, which cancels in s₁ − s₀).
+    router would give both children the same floored weight there, which cancels in s₁ − s₀);
+    the same for the leaves' scores, zero on them for every leaf.
     """
     for v in nodes.values():
         d = v.acc.n_features
@@ -76,12 +78,15 @@ def widen_tree(nodes: Mapping[int, Node], d_new: int) -> None:
             v.router = Router(weights, v.router.bias, v.router.absolute)
         if v.discriminators is not None:
             v.discriminators = np.hstack([v.discriminators, np.zeros((2, d_new - d))])
+        if v.score is not None:
+            v.score = LeafScore(np.concatenate([v.score.weights, np.zeros(d_new - d)]),
+                                v.score.bias)
 
 
 def remove_tree_columns(nodes: Mapping[int, Node], columns: np.ndarray) -> None:
     """Remove features ``columns`` from every node (recycled vocabulary columns): the sums
     (:meth:`~streammom.moments.MomentAccumulator.remove_columns`), the reservoir rows, and the
-    routers' and discriminators' weights there (set to zero for both children: a row's
+    routers', discriminators' and leaf scores' weights there (set to zero for every child: a row's
     routing no longer depends on them, and rows without them route as before)."""
     if not len(columns) or not nodes:
         return
@@ -97,6 +102,10 @@ def remove_tree_columns(nodes: Mapping[int, Node], columns: np.ndarray) -> None:
         if v.discriminators is not None:
             v.discriminators = v.discriminators.copy()
             v.discriminators[:, columns] = 0.0
+        if v.score is not None:
+            weights = v.score.weights.copy()
+            weights[columns] = 0.0
+            v.score = LeafScore(weights, v.score.bias)
 
 
 def tree_nodes(nodes: Mapping[int, Node], root_id: int, scale: float) -> list[TreeNode]:
@@ -109,7 +118,8 @@ def tree_nodes(nodes: Mapping[int, Node], root_id: int, scale: float) -> list[Tr
                             weight=float(v.acc.weight * scale), mean=v.acc.first_moment(),
                             children=tuple(v.children), router=v.router,
                             quality=dict(v.quality),
-                            stop_reason=v.stop_reason if v.is_leaf else None))
+                            stop_reason=v.stop_reason if v.is_leaf else None,
+                            score=v.score if v.is_leaf else None))
     return out
 
 

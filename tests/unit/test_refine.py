@@ -285,3 +285,91 @@ def test_growth_refines_every_split_it_makes_with_a_two_component_em() -> None:
         internal = [v for v in eng.nodes_.values() if not v.is_leaf]
         assert len(internal) == 5
         assert all(("em_iterations" in v.quality) == em for v in internal), em
+
+
+def test_the_model_labels_by_the_map_leaf_of_the_refined_mixture_and_the_sums_follow_the_routers(
+        ) -> None:
+    """After a refit with refinement every leaf carries its component: ``predict`` is the MAP
+    leaf of that k-component mixture (the argmax recomputed here from the stored scores),
+    paths are the leaf's ancestors, and the sums the engine learns follow the routers' walk."""
+    X, _, _ = _stream(4_000, seed=8)
+    eng = StreamingHierarchy(X.shape[1], max_leaves=6)
+    _feed(eng, X)
+    model = eng.model_
+    leaves = list(model.leaf_ids)
+    assert model.scored and all(model.nodes[nid].score is not None for nid in leaves)
+    W = np.vstack([model.nodes[nid].score.weights for nid in leaves])
+    b = np.array([model.nodes[nid].score.bias for nid in leaves])
+    S = np.asarray(X @ W.T) + b
+    routing = eng.assign(X)
+    assert np.array_equal(routing.leaf_ids, np.array(leaves)[S.argmax(axis=1)])
+    for i in range(0, X.shape[0], 397):
+        depth = int((routing.paths[i] >= 0).sum())
+        assert routing.paths[i, :depth].tolist() == model.path_to(int(routing.leaf_ids[i]))
+        margins = routing.margins[i, :depth - 1]
+        assert np.isfinite(margins).all() and (margins >= 0).all()
+    # the walk by the routers is a different rule; the engine's sums follow it
+    walk = model.route_tree(X)
+    assert not np.array_equal(walk.leaf_ids, routing.leaf_ids)
+    before = {nid: v.acc.weight for nid, v in eng.nodes_.items()}
+    eng.refit_every = None  # learn without a refit: the sums take the walk's leaves
+    batch = X[:1_000]
+    routed = eng.learn(batch)
+    assert np.array_equal(routed.leaf_ids, model.route(batch).leaf_ids)
+    took = model.route_tree(batch).leaf_ids
+    assert not np.array_equal(took, routed.leaf_ids)
+    for nid in leaves:
+        assert eng.nodes_[nid].acc.weight - before[nid] == pytest.approx(
+            float((took == nid).sum()))
+
+
+def test_scores_survive_the_model_and_engine_archives_and_a_hostile_archive_is_refused(
+        ) -> None:
+    from streammom.engine_archive import engine_from_archive, engine_to_archive
+    from streammom.model import HierarchyModel
+    from streammom.serialization import SnapshotFormatError
+
+    X, _, _ = _stream(3_000, seed=9)
+    eng = StreamingHierarchy(X.shape[1], max_leaves=4)
+    _feed(eng, X)
+    assert eng.model_.scored
+    back = HierarchyModel.from_bytes(eng.model_.to_bytes())
+    assert back.scored and np.array_equal(back.predict(X), eng.predict(X))
+    restored = engine_from_archive(StreamingHierarchy, *engine_to_archive(eng))
+    assert np.array_equal(restored.predict(X), eng.predict(X))
+    assert all((v.score is None) == (restored.nodes_[nid].score is None)
+               for nid, v in eng.nodes_.items())
+    manifest, arrays = eng.model_.to_archive()
+    arrays = dict(arrays, score_weights=arrays["score_weights"][:-1])
+    with pytest.raises(SnapshotFormatError, match="score_weights"):
+        HierarchyModel.from_archive(manifest, arrays)
+    # a model without scores (written before them, or em=False) routes by its routers
+    plain = StreamingHierarchy(X.shape[1], max_leaves=4, em=False)
+    _feed(plain, X)
+    assert not plain.model_.scored
+    assert np.array_equal(plain.predict(X), plain.model_.route_tree(X).leaf_ids)
+
+
+def test_new_vocabulary_columns_and_recycled_ones_leave_the_labels_unchanged() -> None:
+    from streammom.tree import remove_tree_columns, widen_tree
+
+    X, _, _ = _stream(3_000, seed=10)
+    eng = StreamingHierarchy(X.shape[1], max_leaves=4)
+    _feed(eng, X)
+    d = X.shape[1]
+    before = eng.predict(X)
+    widen_tree(eng.nodes_, d + 5)
+    eng.n_features_ = d + 5
+    eng._rebuild_model()
+    wide = sp.hstack([X, sp.csr_array((X.shape[0], 5))], format="csr")
+    assert eng.model_.scored and np.array_equal(eng.predict(wide), before)
+    cols = np.array([0, 3])
+    remove_tree_columns(eng.nodes_, cols)
+    eng._rebuild_model()
+    kept = wide.tolil()
+    kept[:, cols] = 0
+    assert all(eng.nodes_[nid].score.weights[cols].tolist() == [0.0, 0.0]
+               for nid in eng.model_.leaf_ids)
+    # the labels no longer depend on the recycled columns
+    assert eng.model_.scored
+    assert np.array_equal(eng.predict(sp.csr_array(kept)), eng.predict(wide))
