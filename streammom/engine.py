@@ -7,7 +7,9 @@ routing model as an immutable :class:`~streammom.model.HierarchyModel` (``model_
 Hot path (``learn``), per batch, with no per-event Python loop:
 
 1. route the batch root → leaf with ``model_`` (one compiled walk, only the routers on each
-   row's path are scored);
+   row's path are scored) — the sums follow this walk; once the refinement has scored the
+   leaves, the labels returned are the MAP leaf of its mixture (one (n, d) × (d, k) product,
+   :meth:`~streammom.model.HierarchyModel.route`);
 2. sort rows by the DFS rank of their leaf, so every node's rows are one contiguous slice;
 3. per node with rows in the batch: reservoir offers, then W, s (and T1–T3) and T in the
    node's own basis from one compiled pass over its slice
