@@ -36,6 +36,7 @@ __all__ = [
     "MixtureEMResult",
     "fit_mixture_em",
     "log_likelihood_matrix",
+    "log_linear_params",
     "map_assign",
     "prepare_parameters",
     "responsibilities",
@@ -91,8 +92,10 @@ def prepare_parameters(
     return mu, om / om.sum()
 
 
-def _log_params(mu: np.ndarray, om: np.ndarray, family: str) -> tuple[np.ndarray, np.ndarray]:
-    """Linear form of the log-joint: log p(x, j) = (X A)_ij + b_j (+ a per-row constant)."""
+def log_linear_params(mu: np.ndarray, om: np.ndarray, family: str
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Linear form of the log-joint: log p(x, j) = (X A)_ij + b_j (+ a per-row constant),
+    for centres and weights already in the valid range (:func:`prepare_parameters`)."""
     with np.errstate(divide="ignore"):
         log_om = np.log(om)
     if family == "bernoulli":
@@ -111,7 +114,7 @@ def _row_constant(X: sp.csr_array, family: str) -> np.ndarray:
 
 
 def _joint(X: sp.csr_array, mu: np.ndarray, om: np.ndarray, family: str) -> np.ndarray:
-    A, b = _log_params(mu, om, family)
+    A, b = log_linear_params(mu, om, family)
     L = np.asarray(X @ A.T) + b[None, :]
     if family == "multinomial":
         L += _row_constant(X, family)[:, None]
@@ -208,7 +211,7 @@ def fit_mixture_em(
     const = _row_constant(Xc, family)
 
     def e_step(mu: np.ndarray, om: np.ndarray) -> tuple[float, np.ndarray]:
-        A, b = _log_params(mu, om, family)
+        A, b = log_linear_params(mu, om, family)
         L = np.asarray(Xc @ A.T) + b[None, :]
         ll_rows, R = _normalise(L)
         return float(w @ (ll_rows + const)), R

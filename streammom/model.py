@@ -40,6 +40,7 @@ from streammom import _kernels
 from streammom._validation import as_csr
 from streammom.describe import describe_model, model_html
 from streammom.estimators import FAMILIES, Family, check_family
+from streammom.mixture import log_linear_params
 from streammom.relevance import FeatureScore, top_features
 from streammom.serialization import (
     SnapshotFormatError,
@@ -118,11 +119,11 @@ def _log_linear(mu: np.ndarray, omega: np.ndarray, family: Family, floor: float
     mu = np.asarray(mu, dtype=float)
     if family == "bernoulli":
         mu = np.clip(mu, floor, 1.0 - floor)
-        return np.log(mu) - np.log1p(-mu), np.log(omega) + np.log1p(-mu).sum(axis=1)
-    check_family(family)
-    mu = np.maximum(mu, floor)
-    mu = mu / mu.sum(axis=1, keepdims=True)
-    return np.log(mu), np.log(omega)
+    else:
+        check_family(family)
+        mu = np.maximum(mu, floor)
+        mu = mu / mu.sum(axis=1, keepdims=True)
+    return log_linear_params(mu, omega, family)
 
 
 def leaf_scores(centres: np.ndarray, weights: np.ndarray, family: Family, *,
@@ -434,10 +435,11 @@ class HierarchyModel:
             level = self.nodes[nid].depth
             rows = np.flatnonzero(paths[:, level] == nid)
             if rows.size:
-                went = (paths[rows, level + 1] == self.nodes[nid].children[1]).astype(np.int64)
-                other = np.where(went == 0, S[rows][:, sides[1]].max(axis=1),
-                                 S[rows][:, sides[0]].max(axis=1))
-                margins[rows, level] = top[rows] - other
+                right = paths[rows, level + 1] == self.nodes[nid].children[1]
+                for went, sibling in ((right, sides[0]), (~right, sides[1])):
+                    sub = rows[went]  # each row against the best leaf of the other child
+                    margins[sub, level] = top[sub] - S[np.ix_(sub, sibling)].max(axis=1,
+                                                                               initial=-np.inf)
         return Routing(leaf_ids=self._leaf_id[best], paths=paths, margins=margins,
                        model_version=self.version)
 
