@@ -54,7 +54,7 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
     Param("em", True, (FLAG,),
           "refine the routers at every refit by EM over the leaves (their reservoirs), "
           "started from the leaves' sums"),
-    Param("em_max_iter", 50, (Interval(int, 1, None),),
+    Param("em_max_iter", 100, (Interval(int, 1, None),),
           "EM iterations per refit (stops earlier when the centres move < 1e-4)"),
     Param("random_state", 0, (Interval(int, 0, None),),
           "seed of every random choice (reservoirs, eigensolver starts)"),

@@ -179,3 +179,39 @@ def test_em_input_validation() -> None:
         fit_mixture_em(X, mu, [0.5, 0.5], family="poisson")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="NaN"):
         fit_mixture_em(np.array([[np.nan, 1.0]]), mu, [0.5, 0.5], family="bernoulli")
+
+
+@pytest.mark.parametrize("family", ["bernoulli", "multinomial"])
+def test_one_compiled_em_pass_is_the_e_step_and_the_m_step_sums(family: str) -> None:
+    """em_pass gives Σ w log p(x), Σ w r and Xᵀ(w ∘ r) of the dense formulas (eq. 4.1 / 3.4),
+    with a component of weight 0 and an empty row among the rows."""
+    from streammom import _kernels
+    from streammom.mixture import _row_constant, log_linear_params, prepare_parameters
+
+    rng = np.random.default_rng(7)
+    k, d = 4, 30
+    if family == "bernoulli":
+        X, _ = _bernoulli_data(rng, 300, rng.uniform(0.05, 0.5, (k, d)), np.full(k, 0.25))
+        mu = rng.uniform(0.1, 0.9, (k, d))
+    else:
+        X, _ = _multinomial_data(rng, 300, rng.dirichlet(np.ones(d), k), np.full(k, 0.25))
+        mu = rng.dirichlet(np.ones(d), k)
+    X = X.tolil()
+    X[5, :] = 0.0
+    X = sp.csr_array(X)
+    w = rng.uniform(0.5, 2.0, X.shape[0])
+    mu, om = prepare_parameters(mu, [0.5, 0.3, 0.2, 0.0], family)
+    A, b = log_linear_params(mu, om, family)
+    const = _row_constant(X, family)
+    ST, nk = np.zeros((d, k)), np.zeros(k)
+    ll = _kernels.em_pass(X.indptr, X.indices, X.data, w, np.ascontiguousarray(A.T), b, const,
+                          ST, nk)
+
+    L = log_likelihood_matrix(X, mu, om, family)  # joint log p(x_i, j), dense formula
+    top = L.max(axis=1)
+    log_px = top + np.log(np.exp(L - top[:, None]).sum(axis=1))
+    R = responsibilities(X, mu, om, family)
+    assert ll == pytest.approx(float(w @ log_px), rel=1e-12)
+    np.testing.assert_allclose(nk, (w[:, None] * R).sum(axis=0), rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(ST, X.T @ (w[:, None] * R), rtol=1e-10, atol=1e-12)
+    assert nk[3] == 0.0 and not ST[:, 3].any()  # weight 0: no responsibility
