@@ -75,13 +75,19 @@ def test_the_loop_goes_on_while_the_write_is_in_flight_and_commits_what_it_cover
     assert worker.checkpoints.in_flight and not worker.checkpoints.due()
     disk.release.set()
     worker.checkpoints._write.future.result(30)  # durable now; the next loop step commits
+    disk.release.clear()  # and holds the next write
+    disk.started.clear()
     _batch(worker)
-    assert broker.commit_log[0] == ("streammom", {(IN, 0): 1000})
-    ckpt = decode_checkpoint(worker.store.path)
-    assert ckpt.offsets == {(IN, 0): 1000}  # the copy's offsets, not the loop's
-    assert ckpt.engine().n_events_seen_ == seen_at_copy
+    assert broker.commit_log == [("streammom", {(IN, 0): 1000})]
     assert worker.last_checkpoint_offsets == {(IN, 0): 1000}
     assert worker.checkpoints.records_since == 1250  # what came after the copy still counts
+    # 1,250 ≥ every_events: the same step hands the next copy over; its write has moved the
+    # first checkpoint to the previous slot when it reaches the (held) disk
+    assert disk.started.wait(30) and worker.checkpoints.in_flight
+    ckpt = decode_checkpoint(worker.store.previous)
+    assert ckpt.offsets == {(IN, 0): 1000}  # the copy's offsets, not the loop's
+    assert ckpt.engine().n_events_seen_ == seen_at_copy
+    disk.release.set()
     assert worker.shutdown() == 0  # the final checkpoint covers everything
     assert decode_checkpoint(worker.store.path).offsets == {(IN, 0): 2250}
     assert broker.commit_log[-1] == ("streammom", {(IN, 0): 2250})
