@@ -50,7 +50,7 @@ from streammom.serialization import (
 )
 
 __all__ = ["REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel", "LeafScore", "Router", "Routing",
-           "TreeNode", "describe_refusals", "leaf_scores", "map_router"]
+           "TreeNode", "describe_refusals", "leaf_scores", "map_router", "subtree"]
 
 MODEL_SCHEMA_VERSION = 1
 MAX_NODE_ID = 2**24 - 1
@@ -94,6 +94,18 @@ class Router:
         if self.absolute:
             scores = np.abs(scores)
         return (scores[:, 1] > scores[:, 0]).astype(np.int64)
+
+
+def subtree(nodes: Mapping[int, Any], node_id: int) -> list[int]:
+    """``node_id`` and its descendants, in DFS pre-order (children in order), in a mapping of
+    nodes with ``children`` (the model's :class:`TreeNode` or the engine's
+    :class:`~streammom.tree.Node`)."""
+    out, stack = [], [node_id]
+    while stack:
+        v = stack.pop()
+        out.append(v)
+        stack.extend(reversed(nodes[v].children))
+    return out
 
 
 @dataclass(frozen=True)
@@ -334,7 +346,7 @@ class HierarchyModel:
             rank = {n.node_id: i for i, n in enumerate(leaves)}
             # per internal node: the leaves (indices into the leaf table) under each child
             self._subtree_leaves = {
-                v.node_id: tuple(np.array([rank[u] for u in self._leaves_under(c)])
+                v.node_id: tuple(np.array([rank[u] for u in subtree(self.nodes, c) if u in rank])
                                  for c in v.children)
                 for v in internal}
 
@@ -446,15 +458,6 @@ class HierarchyModel:
     def predict(self, X: Any) -> np.ndarray:
         """Leaf id of every row."""
         return self.route(X).leaf_ids
-
-    def _leaves_under(self, node_id: int) -> list[int]:
-        out, stack = [], [node_id]
-        while stack:
-            v = self.nodes[stack.pop()]
-            if v.is_leaf:
-                out.append(v.node_id)
-            stack.extend(v.children)
-        return out
 
     # ------------------------------------------------------------------ interpretation
     def top_features(self, node_id: int, *, n: int = 10, lam: float = 0.7) -> list[FeatureScore]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streammom.model import LeafScore, Router, TreeNode
+from streammom.model import LeafScore, Router, TreeNode, subtree
 from streammom.moments import MomentAccumulator
 from streammom.packed import Packed, packed_line_positions
 from streammom.reservoir import Reservoir
@@ -49,16 +49,6 @@ class Node:
     @property
     def is_leaf(self) -> bool:
         return not self.children
-
-
-def subtree(nodes: Mapping[int, Node], node_id: int) -> list[int]:
-    """``node_id`` and its descendants, in DFS pre-order (children in order)."""
-    out, stack = [], [node_id]
-    while stack:
-        v = stack.pop()
-        out.append(v)
-        stack.extend(reversed(nodes[v].children))
-    return out
 
 
 def widen_tree(nodes: Mapping[int, Node], d_new: int) -> None:
