@@ -104,7 +104,15 @@ class KafkaSettings(_Section):
     ssl_check_hostname: bool = Field(
         default=True, description="check the broker certificate's host name"
     )
-    compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = "gzip"
+    compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = Field(
+        default="zstd",
+        description="producer compression of every topic the worker writes. zstd (Kafka ≥ "
+        "2.1) compresses assignment records as small as gzip does at about a twelfth of the "
+        "CPU (kafka-python's gzip is level 9: ~10 µs an assignment record, a fifth of the "
+        "loop's time per event); consumers of the output topics need zstd support "
+        "(kafka-python with zstandard, librdkafka, the Java client). gzip, lz4 or none "
+        "for older consumers",
+    )
     linger_ms: int = Field(default=5, ge=0)
     max_request_size: int = Field(default=1_048_576, ge=1024)
     max_block_ms: int = Field(default=5000, ge=100, description="producer send() block bound")

@@ -29,7 +29,11 @@ from service.transport import (
     TransportError,
 )
 
-__all__ = ["KafkaSink"]
+__all__ = ["PRODUCER_BATCH_BYTES", "KafkaSink"]
+
+#: The producer's per-partition batch size: large, so a batch of assignments goes out in few
+#: requests (kafka-python's default is 16 KiB).
+PRODUCER_BATCH_BYTES = 256 * 1024
 
 _log = logging.getLogger("streammom.kafka")
 
@@ -83,7 +87,7 @@ class KafkaSink:
             partitioner=CachedKeyPartitioner(),  # the default layout, key hashes remembered
             compression_type=cfg.compression_type,
             linger_ms=cfg.linger_ms,
-            batch_size=256 * 1024,
+            batch_size=PRODUCER_BATCH_BYTES,
             max_request_size=cfg.max_request_size,
             max_block_ms=cfg.max_block_ms,
             request_timeout_ms=cfg.request_timeout_ms,

@@ -119,3 +119,18 @@ def test_dump_masks_secrets_and_round_trips(tmp_path: Path) -> None:
     again = load_settings(_toml(tmp_path, clean))
     assert again.model == s.model and again.topics == s.topics
     assert json.loads(json_text)["kafka"]["sasl_username"] == "u"
+
+
+def test_the_default_producer_compression_has_its_codec_installed() -> None:
+    """The producers compress with zstd by default; kafka-python refuses to build a producer
+    (and cannot read such a topic) without the zstandard library, so the package must bring
+    it: a codec round trip through kafka-python's own functions."""
+    from kafka import codec
+
+    cfg = load_settings().kafka
+    assert cfg.compression_type == "zstd"
+    assert codec.has_zstd()
+    payload = b'{"event_id":"e1","leaf_id":3,"path":[0,1,3]}' * 50
+    packed = codec.zstd_encode(payload)
+    assert len(packed) < len(payload) / 4
+    assert codec.zstd_decode(packed) == payload
