@@ -313,6 +313,31 @@ def test_internal_c_is_offset_plus_children(
     assert internal and all(v.acc.C is not None for v in internal)
 
 
+@pytest.mark.parametrize("reservoir_size, seed", [(16, 5), (24, 0), (100, 0)])
+def test_root_c_of_0_1_rows_is_exact_after_splits_from_reservoirs(
+    reservoir_size: int, seed: int,
+) -> None:
+    """Children start from the parent's reservoir rows, each worth W/n; the parent keeps the
+    offset C_full − Σ children's C. With 0/1 rows and no forgetting the assembled C must be
+    the events' C to the bit (the scale-out test compares a learner's sums with one
+    process's with ==). W/n is not a short binary fraction when the reservoir size is not a
+    power of two, or — at 16 — when a node born from a full reservoir splits again before
+    its own reservoir fills (seed 5: W = 42.5 over 11 rows); the rounding of those
+    products left pairs of the assembled C a few ulps off."""
+    X, _, _ = make_hierarchical_bernoulli(1500, 30, 4, codes_per_event=4.0, block_size=4,
+                                          random_state=seed)
+    eng = StreamingHierarchy(max_depth=2, max_leaves=4, min_split_weight=20.0,
+                             reservoir_size=reservoir_size, refit_every=200, first_refit=100,
+                             min_reservoir_split=8, random_state=seed)
+    for start in range(0, 1500, 100):
+        eng.learn(X[start:start + 100])
+    assert sum(not v.is_leaf for v in eng.nodes_.values()) >= 2  # splits below the root too
+    from streammom.packed import dense, pack_symmetric
+
+    exact = pack_symmetric((X.T @ X).toarray())
+    np.testing.assert_array_equal(dense(eng.node_accumulator(eng.root_id_).C), exact)
+
+
 def test_warm_up_compiles_every_kernel_the_engine_uses() -> None:
     """After ``warm_up`` (the worker calls it at start-up), learning from raw events (the
     daemon's path: int64 CSR from the vocabulary), from int64 CSR input and with counts needs no
