@@ -24,6 +24,7 @@ import json
 import resource
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,9 +93,17 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
 
         ensure_topics(settings.kafka, settings.topics)
         worker = daemon_worker(settings)
-        seconds, stall = drive(worker, lambda: worker.counters["processed"] >= n)
+        cpu_at_start: list[float] = []  # the process's CPU time at the first batch
+
+        def started() -> bool:
+            cpu_at_start.append(time.process_time())
+            return True
+
+        seconds, stall = drive(worker, lambda: worker.counters["processed"] >= n, started)
+        cpu = time.process_time() - cpu_at_start[0]  # every thread's, shutdown included
         engine = worker.engine
         return {"daemon_events_per_s": n / seconds, "longest_stall_s": stall,
+                "cpu_us_per_event": 1e6 * cpu / n,
                 "refits": worker.refits, "leaves": int(engine.model_.n_leaves),
                 "vocabulary": len(engine.vocabulary),
                 "oov_tokens": int(engine.vocabulary.oov_count)}
@@ -119,6 +128,7 @@ def main() -> None:
             daemon["daemon_events_per_s"]),
         "ratio_daemon_over_bare": round(daemon["daemon_events_per_s"] / bare, 3),
         "longest_stall_s": round(daemon["longest_stall_s"], 3), "peak_rss_mb": round(rss_mb),
+        "daemon_cpu_us_per_event": round(daemon["cpu_us_per_event"], 1),
         **{k: daemon[k] for k in ("refits", "leaves", "vocabulary", "oov_tokens")}}))
 
 

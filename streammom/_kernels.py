@@ -235,6 +235,13 @@ def route_rows(  # type: ignore[no-untyped-def]
         leaf[i] = node
 
 
+#: A component whose joint log-probability is more than this below the row's best gets
+#: responsibility 0 in :func:`em_pass`: e^-40 ≈ 4·10⁻¹⁸ of the row's weight, under half an ulp
+#: of the row's normaliser (which is ≥ 1), so normaliser and log-likelihood are the full
+#: sum's to the last bit or so, and the M-step loses nothing a float64 sum would keep.
+EM_CUT = 40.0
+
+
 @njit(**_JIT)
 def em_pass(indptr, indices, data, w, AT, b, const, ST, nk):  # type: ignore[no-untyped-def]
     """One E-step and the M-step's sufficient statistics of a mixture, in one pass over the rows.
@@ -243,11 +250,15 @@ def em_pass(indptr, indices, data, w, AT, b, const, ST, nk):  # type: ignore[no-
     (:func:`streammom.mixture.log_linear_params`): r_ij = softmax_j (max-subtracted),
     nk[j] += w_i r_ij, ST[h, j] += w_i r_ij x_ih (ST and nk are added to, not overwritten).
     Returns Σ_i w_i log p(x_i) = Σ_i w_i (logsumexp_j(…) + const[i]). O(nnz · c) for c
-    components, no (n, c) temporaries.
+    components, no (n, c) temporaries. Responsibilities are sparse: a component more than
+    :data:`EM_CUT` below the row's best costs no exp and no M-step adds (on separated
+    mixtures most rows keep one or two components: 3.1 against 4.6 ms a pass on 11,600
+    rows × 16 components at d = 1,024).
     """
     n = indptr.shape[0] - 1
     c = b.shape[0]
     L = np.empty(c)
+    active = np.empty(c, dtype=np.int64)
     ll = 0.0
     for i in range(n):
         for j in range(c):
@@ -262,17 +273,24 @@ def em_pass(indptr, indices, data, w, AT, b, const, ST, nk):  # type: ignore[no-
             if L[j] > m:
                 m = L[j]
         s = 0.0
+        na = 0
         for j in range(c):
-            L[j] = np.exp(L[j] - m)
-            s += L[j]
+            t = L[j] - m
+            if t > -EM_CUT:
+                L[j] = np.exp(t)
+                s += L[j]
+                active[na] = j
+                na += 1
         ll += w[i] * (m + np.log(s) + const[i])
         f = w[i] / s
-        for j in range(c):
+        for q in range(na):
+            j = active[q]
             L[j] *= f
             nk[j] += L[j]
         for p in range(indptr[i], indptr[i + 1]):
             h = indices[p]
             x = data[p]
-            for j in range(c):
+            for q in range(na):
+                j = active[q]
                 ST[h, j] += L[j] * x
     return ll
