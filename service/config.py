@@ -108,8 +108,8 @@ class KafkaSettings(_Section):
         default="zstd",
         description="producer compression of every topic the worker writes. zstd (Kafka ≥ "
         "2.1) compresses assignment records as small as gzip does at about a twelfth of the "
-        "CPU (kafka-python's gzip is level 9: ~10 µs an assignment record, a fifth of the "
-        "loop's time per event); consumers of the output topics need zstd support "
+        "CPU (kafka-python's gzip is level 9: ~10 µs an assignment record); consumers of "
+        "the output topics need zstd support "
         "(kafka-python with zstandard, librdkafka, the Java client). gzip, lz4 or none "
         "for older consumers",
     )
