@@ -8,9 +8,9 @@
    one assignment per event, checkpoints) in this process until all N are processed.
 3. **bare**: kafka-python ``KafkaConsumer`` → ``json.loads`` → ``KafkaProducer.send`` to an
    output topic → ``flush`` + ``commit`` per batch — the floor of any Python consumer. Its
-   producer has the daemon's default client settings (acks, compression, linger, batch size:
-   :func:`bare_producer_settings`), so the ratio is the daemon's own work, not a difference in
-   client configuration.
+   producer has the daemon's client settings (acks, compression, linger, batch size:
+   ``service.kafka_sink.producer_record_settings``), so the ratio is the daemon's own work,
+   not a difference in client configuration.
 4. Print events/s of both and the ratio daemon/bare (target ≥ 0.7).
 """
 
@@ -33,7 +33,7 @@ from kafka_bench import create_topics, daemon_worker, drive, kafka_bootstrap, pr
 
 from service.commands.produce import sample_messages
 from service.config import load_settings
-from service.kafka_sink import PRODUCER_BATCH_BYTES
+from service.kafka_sink import producer_record_settings
 
 
 def produce_events(bootstrap: str, topic: str, n: int) -> None:
@@ -61,22 +61,14 @@ def run_daemon(bootstrap: str, topic: str, n: int, batch: int) -> float:
     return n / seconds
 
 
-def bare_producer_settings() -> dict[str, object]:
-    """The daemon's producer settings (``service.kafka_sink.KafkaSink``; the defaults unless
-    ``STREAMMOM_KAFKA__*`` says otherwise) that change its cost per record: acknowledgements,
-    compression, linger and batch size."""
-    cfg = load_settings().kafka
-    return {"acks": "all", "linger_ms": cfg.linger_ms, "batch_size": PRODUCER_BATCH_BYTES,
-            "compression_type": cfg.compression_type}
-
-
 def run_bare(bootstrap: str, topic: str, n: int, batch: int) -> float:
     out = f"{topic}.bare-{uuid.uuid4().hex[:6]}"
     create_topics(bootstrap, {out: (1, False)})
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{out}",
                              enable_auto_commit=False, auto_offset_reset="earliest",
                              max_poll_records=batch)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, **bare_producer_settings())
+    producer = KafkaProducer(bootstrap_servers=bootstrap,
+                             **producer_record_settings(load_settings().kafka))
     gc.collect()
     gc.freeze()  # as the daemon does after start-up (service.worker.settle_heap)
     done, t0 = 0, None

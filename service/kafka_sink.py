@@ -29,13 +29,21 @@ from service.transport import (
     TransportError,
 )
 
-__all__ = ["PRODUCER_BATCH_BYTES", "KafkaSink"]
+__all__ = ["KafkaSink", "producer_record_settings"]
 
 #: The producer's per-partition batch size: large, so a batch of assignments goes out in few
 #: requests (kafka-python's default is 16 KiB).
-PRODUCER_BATCH_BYTES = 256 * 1024
+_BATCH_BYTES = 256 * 1024
 
 _log = logging.getLogger("streammom.kafka")
+
+
+def producer_record_settings(cfg: KafkaSettings) -> dict[str, Any]:
+    """The producer settings that set its cost per record — acknowledgements, compression,
+    linger, batch size — as :class:`KafkaSink` uses them (the benches' bare loop takes the
+    same, so it differs from the daemon only in the daemon's own work)."""
+    return {"acks": "all", "compression_type": cfg.compression_type,
+            "linger_ms": cfg.linger_ms, "batch_size": _BATCH_BYTES}
 
 
 class KafkaSink:
@@ -82,12 +90,9 @@ class KafkaSink:
             cfg,
             bootstrap_servers=cfg.bootstrap_servers,
             client_id=f"{cfg.client_id}-producer",
-            acks="all",
             enable_idempotence=True,
             partitioner=CachedKeyPartitioner(),  # the default layout, key hashes remembered
-            compression_type=cfg.compression_type,
-            linger_ms=cfg.linger_ms,
-            batch_size=PRODUCER_BATCH_BYTES,
+            **producer_record_settings(cfg),
             max_request_size=cfg.max_request_size,
             max_block_ms=cfg.max_block_ms,
             request_timeout_ms=cfg.request_timeout_ms,

@@ -11,6 +11,7 @@ from sklearn.metrics import adjusted_rand_score
 from streammom import HierarchicalMoM, StreamingHierarchy, Vocabulary
 from streammom.datasets import make_block_topics, make_hierarchical_bernoulli
 from streammom.model import HierarchyModel, Routing
+from streammom.packed import dense, pack_symmetric
 from streammom.serialization import SnapshotFormatError
 
 
@@ -332,8 +333,6 @@ def test_root_c_of_0_1_rows_is_exact_after_splits_from_reservoirs(
     for start in range(0, 1500, 100):
         eng.learn(X[start:start + 100])
     assert sum(not v.is_leaf for v in eng.nodes_.values()) >= 2  # splits below the root too
-    from streammom.packed import dense, pack_symmetric
-
     exact = pack_symmetric((X.T @ X).toarray())
     np.testing.assert_array_equal(dense(eng.node_accumulator(eng.root_id_).C), exact)
 
