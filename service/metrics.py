@@ -85,6 +85,18 @@ class WorkerMetrics:
             "Unix time of the last refit (wall clock of this worker).",
             registry=r,
         )
+        self.refit_held_events = Gauge(
+            "streammom_refit_held_events",
+            "Events assigned with the current model and waiting for the refit running in the "
+            "helper process to be learned.",
+            registry=r,
+        )
+        self.refit_process_failures = Counter(
+            "streammom_refit_process_failures_total",
+            "Refits the helper process failed (died, errored or timed out); each was done on "
+            "the loop instead.",
+            registry=r,
+        )
         self.tree_leaves = Gauge("streammom_tree_leaves", "Leaves of the current tree.", registry=r)
         self.tree_depth = Gauge("streammom_tree_depth", "Depth of the current tree.", registry=r)
         self.leaves_stopped = Gauge(

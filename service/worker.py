@@ -36,7 +36,7 @@ from service.dead_letters import dead_letter
 from service.events import UNREADABLE, Event, EventDecoder, Rejection
 from service.metrics import WorkerMetrics
 from service.model_publisher import ModelPublisher
-from service.pipeline import assignment_values, learn_events
+from service.pipeline import assignment_values, event_features, event_timestamps
 from service.startup import (
     StateLostError,
     lost_state_start,
@@ -46,7 +46,9 @@ from service.startup import (
 )
 from service.transport import Record, Sink, Source, TopicPartition, TransportError
 from streammom import StreamingHierarchy, __version__, warm_up
+from streammom.background_refits import BackgroundRefits
 from streammom.model import Routing
+from streammom.refit_process import RefitProcess
 from streammom.report import CodeMap, from_engine, resolve_codes, write_report
 
 __all__ = ["EXIT_CANNOT_START", "BatchResult", "StateLostError", "Worker"]
@@ -113,6 +115,7 @@ class Worker:
         self.decoder = EventDecoder(settings.limits)
         self.topics = settings.topics
         self._engine: StreamingHierarchy | None = None
+        self._refits: BackgroundRefits | None = None  # role all: refits in a helper process
         self.offsets: dict[TopicPartition, int] = {}
         self.counters: dict[str, Any] = {"processed": 0, "rejected": {}, "assignments": 0,
                                          "model_epoch": int(time.time() * 1000)}
@@ -128,6 +131,7 @@ class Worker:
                                             backoff_initial_s=settings.worker.backoff_initial_s)
         self._last_lag_update = 0.0
         self._last_refit_marker: Any = None
+        self._refit_failures_seen = 0
         self._report_codes: tuple[CodeMap | None] | None = None
         self.batches = 0
         self.refits = 0
@@ -148,6 +152,22 @@ class Worker:
         if self._engine is None:
             raise RuntimeError("the worker has no engine before restore()")
         return self._engine
+
+    def _start_refits(self) -> None:
+        """Learning goes through :class:`~streammom.background_refits.BackgroundRefits`: with
+        ``worker.refit_process`` the refits run in a helper process, started now and waited
+        for (up to a minute: it loads the same kernels as this process) so the first refit
+        does not fall back to the loop; the state is the one of inline refits either way."""
+        w = self.settings.worker
+        process = None
+        if w.refit_process:
+            process = RefitProcess(blas_threads=w.blas_threads, timeout_s=w.refit_timeout_s)
+        self._refits = BackgroundRefits(self.engine, process, binary=self._binary,
+                                        max_held_events=w.refit_max_held_events,
+                                        on_refit=self._on_refit)
+        if process is not None and not process.wait_ready(60.0):
+            _log.warning("refit process not ready after 60 s: refits run on the loop until "
+                         "it is")
 
     # ------------------------------------------------------------------ state
     def restore(self) -> None:
@@ -186,6 +206,7 @@ class Worker:
             stored_topic_ids = {}
         self._check_input_topic(stored_topic_ids)
         self._identify()
+        self._start_refits()
         m.observe_vocabulary(self.engine.vocabulary)
         self._last_refit_marker = self._refit_marker()
         self.metrics.observe_model(self.engine)
@@ -435,11 +456,39 @@ class Worker:
         _log.debug("dead-lettered", extra={"reason": rej.reason, "offset": rec.offset})
 
     def _learn_and_assign(self, events: list[Event], result: BatchResult) -> None:
-        engine = self.engine
-        X, routing = learn_events(engine, events, binary=self._binary)
+        refits = self._refits
+        assert refits is not None
+        before = self.refits
+        X, routing = refits.learn(event_features(events), event_timestamps(events))
         self.metrics.observe_vocabulary(self.engine.vocabulary, X)
         self._produce_assignments(events, routing, result)
-        self._note_refit(result)
+        result.refitted |= self.refits > before
+        result.model_version = int(self.engine.model_version_)
+        self._observe_refits()
+
+    def _observe_refits(self) -> None:
+        refits = self._refits
+        if refits is None:
+            return
+        self.metrics.refit_held_events.set(refits.held_events)
+        failures = refits.helper_failures - self._refit_failures_seen
+        if failures:
+            self.metrics.refit_process_failures.inc(failures)
+            self._refit_failures_seen = refits.helper_failures
+
+    def _collect_refit(self) -> None:
+        """Swap in a refit the helper has finished (no wait) and learn the events it held."""
+        refits = self._refits
+        if refits is not None and refits.poll():
+            self._observe_refits()
+
+    def _settle_refits(self) -> None:
+        """Wait for a refit running in the helper and learn the events it held, so the state
+        covers every event whose offset the worker has advanced past (before a checkpoint)."""
+        refits = self._refits
+        if refits is not None and refits.pending:
+            refits.settle()
+            self._observe_refits()
 
     def _produce_assignments(self, events: list[Event], routing: Routing,
                              result: BatchResult) -> None:
@@ -460,15 +509,26 @@ class Worker:
         marker = self._refit_marker()
         if marker == self._last_refit_marker:
             return
-        self._last_refit_marker = marker
-        self.refits += 1
         result.refitted = True
+        self._record_refit(engine)
+
+    def _on_refit(self, engine: StreamingHierarchy) -> None:
+        """Every refit of the worker's :class:`BackgroundRefits`, on the loop or collected
+        from the helper: the engine after it becomes the worker's, and the refit is recorded."""
+        self._engine = engine
+        self._record_refit(engine)
+
+    def _record_refit(self, engine: StreamingHierarchy) -> None:
+        """Export the new model's metrics, log the refit, rewrite the report and ask for a
+        checkpoint (``checkpoint.on_refit``)."""
+        self._last_refit_marker = self._refit_marker()
+        self.refits += 1
         duration = engine.last_refit_duration_
         if duration is not None:
             self.metrics.refit_duration.observe(float(duration))
         self.metrics.last_refit.set(time.time())
         self.metrics.observe_model(self.engine)
-        _log.info("refit", extra={"model_version": result.model_version,
+        _log.info("refit", extra={"model_version": int(engine.model_version_),
                                   "leaves": int(engine.model_.n_leaves), "duration_s": duration,
                                   "events_seen": int(engine.n_events_seen_)})
         self._write_report()
@@ -592,6 +652,8 @@ class Worker:
         self._finish_checkpoint(wait=False)
         if not self.checkpoints.due():
             return
+        if self._refits is not None and self._refits.pending and not self.checkpoints.urgent:
+            return  # taken once the refit is collected: the state then covers the offsets
         if (self.background_checkpoints and self.settings.checkpoint.background
                 and not self.checkpoints.urgent):
             with self._lock:
@@ -614,7 +676,8 @@ class Worker:
         """Write the checkpoint (state + offsets), then commit those offsets; False if the
         write failed (:meth:`~service.checkpoint_policy.CheckpointPolicy.commit`: the loop
         goes on uncommitted, not ready, and retries with backoff). A background write still
-        in flight is finished first."""
+        in flight is finished first, and a refit running in the helper is waited for."""
+        self._settle_refits()
         with self._lock:
             offsets = dict(self.offsets)
         return self.checkpoints.commit(self.store, self.engine, offsets, self.counters,
@@ -630,7 +693,9 @@ class Worker:
         self.checkpoints.last_offsets = offsets
 
     def _idle(self) -> bool:
-        """Periodic work when a poll returned nothing: model publish, time-based checkpoint."""
+        """Periodic work when a poll returned nothing: a refit the helper finished, model
+        publish, time-based checkpoint."""
+        self._collect_refit()
         if self.publisher.due(int(self.engine.model_version_)):
             self._maybe_publish_model()
             if not self._flush():
@@ -682,6 +747,8 @@ class Worker:
 
     def _close(self) -> None:
         self._finish_checkpoint(wait=True)
+        if self._refits is not None and self._refits.process is not None:
+            self._refits.process.close()  # a refit still running is dropped with the process
         self.checkpoints.close()
         for closer in (self.source.close, self.sink.close):
             try:

@@ -451,13 +451,17 @@ class StreamingHierarchy(Estimator):
         return stored
 
     # ------------------------------------------------------------------ public API
-    def learn(self, X: Any, weights: Any = None, timestamps: Any = None) -> Routing:
+    def learn(self, X: Any, weights: Any = None, timestamps: Any = None, *,
+              refit: bool = True) -> Routing:
         """Route with the current model, add the batch to the sums on its paths, run the policy.
 
         Returns the routing of the batch (leaf, path, margins, model version used): the label
         :meth:`assign` gives, the MAP leaf of the refined mixture once the leaves are scored
         (:mod:`streammom.model`). The sums follow the routers' walk
         (:meth:`~streammom.model.HierarchyModel.route_tree`), the next refit's start.
+
+        ``refit=False`` leaves a refit that falls due to the caller (:meth:`refit_due`, then
+        :meth:`refit` here or in a helper process: :mod:`streammom.background_refits`).
         """
         X = self._as_matrix(X, learning=True)
         n = X.shape[0]
@@ -475,7 +479,7 @@ class StreamingHierarchy(Estimator):
                                  stored[start:stop], walk.leaf_ids[start:stop])
             self.n_events_seen_ += n
             self._events_since_refit += n
-        if self._refit_due():
+        if refit and self.refit_due():
             self.refit()
         return routing
 
@@ -525,7 +529,8 @@ class StreamingHierarchy(Estimator):
         tree = self._current_model()._repr_html_() if self.n_features_ else ""
         return f"<p><code>{escape(repr(self))}</code></p>{tree}"
 
-    def _refit_due(self) -> bool:
+    def refit_due(self) -> bool:
+        """Whether the refit policy asks for a refit now (after the batches learned so far)."""
         if (self.refit_every is not None and self._events_since_refit >= self._refit_interval()
                 and (self.refit_every != "auto" or self._within_budget())):
             return True

@@ -26,6 +26,8 @@ CONTRACT_METRICS: dict[str, str] = {
     "streammom_model_version": "gauge",
     "streammom_refit_duration_seconds": "histogram",
     "streammom_last_refit_timestamp_seconds": "gauge",
+    "streammom_refit_held_events": "gauge",
+    "streammom_refit_process_failures_total": "counter",
     "streammom_tree_leaves": "gauge",
     "streammom_tree_depth": "gauge",
     "streammom_last_checkpoint_timestamp_seconds": "gauge",

@@ -1,5 +1,5 @@
 """The daemon loop on the in-memory transport, as the worker unit tests build it: a small,
-fast engine; checkpoints every 1,000 events; polls that never wait."""
+fast engine; checkpoints every 1,000 events; polls that never wait; refits on the loop."""
 
 from __future__ import annotations
 
@@ -21,8 +21,11 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     # (on_refit and background writes have their own tests)
     "checkpoint": {"every_events": 1000, "every_seconds": 3600, "on_refit": False,
                    "background": False},
+    # refits on the loop: which batches a refit in the helper process overlaps depends on
+    # timing, and these tests count labels per model version (the helper's own tests:
+    # tests/unit/test_background_refits.py, test_worker_refit_process.py)
     "worker": {"batch_max_records": 250, "poll_timeout_s": 0.01,
-               "backoff_initial_s": 0.01, "backoff_max_s": 0.05},
+               "backoff_initial_s": 0.01, "backoff_max_s": 0.05, "refit_process": False},
     "http": {"enabled": False},
 }
 

@@ -1,0 +1,201 @@
+"""Refits off the caller's loop, with the state of refits in it (design §5 "refits off the loop").
+
+:class:`BackgroundRefits` learns batches with a :class:`~streammom.StreamingHierarchy` and,
+when the refit policy asks for a refit, hands the state to a helper process
+(:class:`~streammom.refit_process.RefitProcess`) instead of refitting on the spot. Until the
+refitted state comes back, every batch is **routed** with the current model (its labels carry
+that model's version) and **held**: neither counted by the vocabulary nor added to the sums.
+When the refit is collected its state replaces the engine and the held batches are learned
+into it, in order, with the same batch boundaries — a refit that falls due among them starts
+the next round. The sums, tree, vocabulary and counters are therefore exactly those of the
+same batches learned with refits inline (``engine.learn`` refitting when due), byte for byte;
+only the labels of the held batches differ, by their model version, as in any service that
+refits while it serves.
+
+Held batches keep their raw events (token lists or count dicts): the refit may recycle
+vocabulary columns, and the events must be counted and mapped by the vocabulary the refit
+returns, as they would have been after an inline refit. At most ``max_held_events`` are held;
+past that :meth:`BackgroundRefits.learn` waits for the refit (bounded memory). A helper that
+is not ready yet (it is starting) or that failed leaves the refit to the caller's thread, so
+nothing is ever lost or skipped; a helper that failed is started again at the next refit.
+
+>>> from streammom import StreamingHierarchy, Vocabulary
+>>> from streammom.datasets import make_hierarchical_bernoulli
+>>> X, _, _ = make_hierarchical_bernoulli(4_000, 60, 4, codes_per_event=8.0, random_state=1)
+>>> events = [[f"c{j}" for j in row.indices] for row in X]
+>>> inline = StreamingHierarchy(vocabulary=Vocabulary(capacity=64), max_leaves=4)
+>>> for a in range(0, 4_000, 500):
+...     _ = inline.learn(events[a:a + 500])
+>>> off = BackgroundRefits(StreamingHierarchy(vocabulary=Vocabulary(capacity=64),
+...                                           max_leaves=4), RefitProcess())
+>>> for a in range(0, 4_000, 500):
+...     _ = off.learn(events[a:a + 500])
+>>> off.settle(); off.close()
+>>> off.engine.snapshot() == inline.snapshot()
+True
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from streammom.engine import StreamingHierarchy
+from streammom.model import Routing
+from streammom.refit_process import RefitProcess, RefitProcessError
+
+__all__ = ["BackgroundRefits"]
+
+_log = logging.getLogger("streammom.refits")
+
+#: Consecutive helper failures after which refits stay in the caller's thread.
+MAX_HELPER_FAILURES = 3
+
+
+class BackgroundRefits:
+    """An engine whose refits run in a helper process, with the state of inline refits.
+
+    Parameters
+    ----------
+    engine : StreamingHierarchy
+        The engine; replaced by the refitted one at every collected refit (``engine``).
+    process : RefitProcess or None
+        The helper; None refits in the caller's thread (``engine.learn`` as usual).
+    binary : bool, default True
+        How events become rows (:meth:`~streammom.vocab.Vocabulary.transform`): 0/1 or counts.
+    max_held_events : int >= 1, default 50_000
+        Events held at most while a refit runs; the next batch waits for the refit.
+    on_refit : callable or None
+        Called with the engine after every refit, done here or collected from the helper
+        (before the held batches are learned into it): logs, metrics, reports.
+    """
+
+    def __init__(self, engine: StreamingHierarchy, process: RefitProcess | None = None, *,
+                 binary: bool = True, max_held_events: int = 50_000,
+                 on_refit: Callable[[StreamingHierarchy], None] | None = None) -> None:
+        if max_held_events < 1:
+            raise ValueError(f"max_held_events must be >= 1, got {max_held_events}")
+        self.engine = engine
+        self.process = process
+        self.binary = binary
+        self.max_held_events = int(max_held_events)
+        self.on_refit = on_refit
+        self.held_events = 0  # events routed and waiting to be learned
+        self.helper_refits = 0  # refits collected from the helper
+        self.helper_failures = 0  # every failure of the helper, counted (metrics)
+        self._consecutive_failures = 0
+        self._held: list[tuple[Any, np.ndarray | None]] = []
+        self._pending = False
+        if process is not None:
+            process.start()  # it loads its kernels while the caller starts up
+
+    @property
+    def pending(self) -> bool:
+        """A refit is running in the helper (batches are being held)."""
+        return self._pending
+
+    def learn(self, items: Any, timestamps: Any = None) -> tuple[sp.csr_array, Routing]:
+        """Learn a batch (raw events with a vocabulary, else a matrix of rows): its rows and
+        routing. Held instead while a refit runs (routed with the current model)."""
+        self.poll()
+        n = _size(items)
+        if self._pending and self.held_events + n > self.max_held_events:
+            self.settle()
+        ts = None if timestamps is None else np.asarray(timestamps, dtype=np.float64)
+        if self._pending:
+            X = self._rows(items, update=False)
+            routing = self.engine.assign(X)
+            self._held.append((items, ts))
+            self.held_events += n
+            return X, routing
+        return self._learn_now(items, ts)
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        """Collect a finished refit (waiting up to ``timeout``; None: until it ends), learn the
+        held batches into it; True if a refit was collected."""
+        if not self._pending:
+            return False
+        assert self.process is not None
+        try:
+            result = self.process.collect(timeout)
+        except RefitProcessError as exc:
+            self._helper_failed(exc)
+            self.engine.refit()  # the state sent is still the engine's: refit it here
+        else:
+            if result is None:
+                return False
+            self._consecutive_failures = 0
+            self.helper_refits += 1
+            self.engine = result.engine
+        self._pending = False
+        self._refitted()
+        held, self._held, self.held_events = self._held, [], 0
+        for items, ts in held:
+            if self._pending:  # a refit fell due again among them: hold the rest
+                self._held.append((items, ts))
+                self.held_events += _size(items)
+            else:
+                self._learn_now(items, ts)
+        return True
+
+    def settle(self) -> None:
+        """Wait until no refit is running and every held batch is learned (before a
+        checkpoint or a snapshot: the state then covers every batch given to :meth:`learn`)."""
+        while self._pending:
+            self.poll(timeout=None)
+
+    def close(self) -> None:
+        """Settle, then stop the helper."""
+        self.settle()
+        if self.process is not None:
+            self.process.close()
+
+    # ------------------------------------------------------------------ internals
+    def _rows(self, items: Any, *, update: bool) -> sp.csr_array:
+        vocab = self.engine.vocabulary
+        if vocab is None:
+            return items
+        return vocab.transform(items, binary=self.binary, update=update)
+
+    def _learn_now(self, items: Any, ts: np.ndarray | None) -> tuple[sp.csr_array, Routing]:
+        X = self._rows(items, update=True)
+        routing = self.engine.learn(X, timestamps=ts, refit=False)
+        if self.engine.refit_due():
+            self._start_refit()
+        return X, routing
+
+    def _start_refit(self) -> None:
+        proc = self.process
+        if proc is not None and self._consecutive_failures < MAX_HELPER_FAILURES \
+                and proc.ready():
+            try:
+                proc.submit(self.engine)
+            except RefitProcessError as exc:
+                self._helper_failed(exc)
+            else:
+                self._pending = True
+                return
+        self.engine.refit()
+        self._refitted()
+
+    def _refitted(self) -> None:
+        if self.on_refit is not None:
+            self.on_refit(self.engine)
+
+    def _helper_failed(self, exc: RefitProcessError) -> None:
+        self.helper_failures += 1
+        self._consecutive_failures += 1
+        gives_up = self._consecutive_failures >= MAX_HELPER_FAILURES
+        _log.error("refit process failed: refitting in this thread%s",
+                   " from now on" if gives_up else " (the helper restarts for the next refit)",
+                   extra={"error": str(exc), "failures": self._consecutive_failures})
+
+
+
+def _size(items: Any) -> int:
+    """Events in a batch: raw events or rows."""
+    return items.shape[0] if sp.issparse(items) else len(items)

@@ -1,0 +1,243 @@
+"""A helper process that runs :meth:`StreamingHierarchy.refit` on a copy of the state (design §5).
+
+A refit is 0.2–1 s of eigen-solves and EM passes: in a thread it would crawl behind the GIL
+with the loop (small numpy steps hold it between calls), so it runs in a process of its own,
+started once (``python -m streammom.refit_process``: a fresh interpreter, nothing forked from
+a process with threads). Per refit the caller's state goes out and the refitted state comes
+back as raw arrays over the process's stdin/stdout (:mod:`streammom.state_pipe`; ~20 MB each
+way for a 16-leaf tree at d = 1,024, tens of milliseconds): the helper rebuilds the engine
+(:meth:`~streammom.engine.StreamingHierarchy.from_archive`, validated), refits it with the
+same BLAS thread count as the caller — the same arithmetic, so the same bytes as a refit in
+the caller — and sends it back with the refit's duration.
+
+The caller never blocks on the helper: :meth:`RefitProcess.ready` and
+:meth:`RefitProcess.collect` look at the pipe with ``select`` (timeout 0 unless asked to wait).
+Anything wrong — the helper died, sent an error, ran past ``timeout_s`` — raises
+:class:`RefitProcessError` and the helper is stopped; the caller still has the state it sent
+and refits it itself (:mod:`streammom.background_refits`). POSIX only (``select`` on pipes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from streammom.state_pipe import StatePipeError, read_state, write_state
+
+if TYPE_CHECKING:
+    from streammom.engine import StreamingHierarchy
+
+__all__ = ["RefitProcess", "RefitProcessError", "RefitResult", "main"]
+
+_READY = b"R"
+
+
+class RefitProcessError(RuntimeError):
+    """The helper process failed a refit (died, reported an error, or timed out)."""
+
+
+@dataclass(frozen=True)
+class RefitResult:
+    """A refitted engine and the seconds its refit took in the helper."""
+
+    engine: StreamingHierarchy
+    duration_s: float
+
+
+class RefitProcess:
+    """The caller's end of the helper process (see the module docstring).
+
+    Parameters
+    ----------
+    blas_threads : int >= 1, default 1
+        BLAS/OpenMP threads of the helper; the caller's own limit, so both refit alike.
+    timeout_s : float > 0, default 600
+        A refit still running after this long is abandoned (the helper is killed).
+    """
+
+    def __init__(self, *, blas_threads: int = 1, timeout_s: float = 600.0) -> None:
+        if blas_threads < 1:
+            raise ValueError(f"blas_threads must be >= 1, got {blas_threads}")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.blas_threads = int(blas_threads)
+        self.timeout_s = float(timeout_s)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ready = False
+        self._submitted_at: float | None = None
+        self._events_seen = -1
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the helper if it is not running (returns at once; it loads its kernels and
+        says it is ready on its own time: :meth:`ready`)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        package_root = str(Path(__file__).resolve().parents[1])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH")) if p)
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(self.blas_threads)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "streammom.refit_process", str(self.blas_threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env,
+            close_fds=True)
+        self._ready = False
+        self._submitted_at = None
+
+    def close(self) -> None:
+        """Stop the helper (its stdin closed, then killed if it does not exit at once)."""
+        proc, self._proc = self._proc, None
+        self._ready = False
+        self._submitted_at = None
+        if proc is None:
+            return
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def ready(self) -> bool:
+        """Whether the helper is up and idle (never waits; starts it if it is not running)."""
+        if self._proc is None or self._proc.poll() is not None:
+            self.start()
+            return False
+        if self._submitted_at is not None:
+            return False
+        if not self._ready and self._readable(0.0):
+            assert self._proc.stdout is not None
+            self._ready = self._proc.stdout.read(1) == _READY
+            if not self._ready:
+                self.close()  # it exited, or said something else: start afresh next time
+        return self._ready
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Start the helper if needed and wait up to ``timeout`` seconds until it is ready."""
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            left = deadline - time.monotonic()
+            if left <= 0 or self._proc is None or self.busy:
+                return False
+            self._readable(min(left, 1.0))  # returns as soon as it says ready (or exits)
+        return True
+
+    @property
+    def busy(self) -> bool:
+        """A refit was submitted and not collected yet."""
+        return self._submitted_at is not None
+
+    # ------------------------------------------------------------------ refits
+    def submit(self, engine: StreamingHierarchy) -> None:
+        """Send ``engine``'s state to the idle helper, which starts refitting it. The caller
+        must not change ``engine`` until :meth:`collect` returns (or raises)."""
+        if not self.ready():
+            raise RefitProcessError("the refit process is not ready")
+        assert self._proc is not None and self._proc.stdin is not None
+        manifest, arrays = engine.to_archive()
+        try:
+            write_state(self._proc.stdin, manifest, arrays)  # type: ignore[arg-type]
+        except (OSError, StatePipeError) as exc:
+            self.close()
+            raise RefitProcessError(f"could not send the state: {exc}") from exc
+        self._submitted_at = time.monotonic()
+        self._events_seen = int(engine.n_events_seen_)
+
+    def collect(self, timeout: float | None = 0.0) -> RefitResult | None:
+        """The refitted engine once the helper has sent it, waiting up to ``timeout`` seconds
+        for it (None: until it comes or ``timeout_s`` has passed since :meth:`submit`); None
+        if it is not there yet. Raises :class:`RefitProcessError` on any failure."""
+        from streammom.engine import StreamingHierarchy
+        from streammom.serialization import SnapshotFormatError
+
+        if self._submitted_at is None or self._proc is None:
+            raise RefitProcessError("no refit was submitted")
+        left = self.timeout_s - (time.monotonic() - self._submitted_at)
+        wait = left if timeout is None else min(timeout, left)
+        if not self._readable(max(wait, 0.0)):
+            if time.monotonic() - self._submitted_at >= self.timeout_s:
+                self.close()
+                raise RefitProcessError(f"the refit took more than {self.timeout_s:g} s")
+            return None
+        assert self._proc.stdout is not None
+        try:
+            info, manifest, arrays = read_state(self._proc.stdout)  # type: ignore[arg-type]
+        except (EOFError, OSError, StatePipeError) as exc:
+            self.close()
+            raise RefitProcessError(f"the refit process failed: {exc}") from exc
+        self._submitted_at = None
+        if not info.get("ok"):
+            self.close()
+            raise RefitProcessError(f"the refit failed in the helper: {info.get('error')}")
+        try:
+            engine = StreamingHierarchy.from_archive(manifest, arrays)
+        except (SnapshotFormatError, ValueError, KeyError, TypeError) as exc:
+            self.close()
+            raise RefitProcessError(f"the refitted state is not valid: {exc}") from exc
+        if engine.n_events_seen_ != self._events_seen:
+            self.close()
+            raise RefitProcessError("the refitted state is not the one submitted")
+        duration = float(info.get("duration_s", 0.0))
+        engine.last_refit_duration_ = duration
+        return RefitResult(engine, duration)
+
+    def _readable(self, timeout: float) -> bool:
+        assert self._proc is not None and self._proc.stdout is not None
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
+        return bool(ready)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: nothing to clean up with
+            self.close()
+
+
+# ---------------------------------------------------------------------- the helper's side
+def main(argv: list[str] | None = None) -> int:
+    """The helper's loop: say ready, then read a state, refit it, send it back, until stdin
+    closes. Errors of a refit are sent back (the caller refits itself); the helper goes on."""
+    from threadpoolctl import threadpool_limits
+
+    from streammom.engine import StreamingHierarchy
+    from streammom.warmup import warm_up
+
+    args = sys.argv[1:] if argv is None else argv
+    threads = int(args[0]) if args else 1
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    try:
+        with threadpool_limits(limits=threads):
+            warm_up()
+            stdout.write(_READY)
+            stdout.flush()
+            while True:
+                try:
+                    _, manifest, arrays = read_state(stdin)
+                except EOFError:
+                    return 0
+                try:
+                    engine = StreamingHierarchy.from_archive(manifest, arrays)
+                    t0 = time.perf_counter()
+                    engine.refit()
+                    info = {"ok": True, "duration_s": time.perf_counter() - t0}
+                    write_state(stdout, *engine.to_archive(), info=info)
+                except Exception as exc:  # the process boundary: the caller refits itself
+                    write_state(stdout, {}, {}, info={"ok": False, "error": repr(exc)[:2000]})
+    except (KeyboardInterrupt, BrokenPipeError):
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

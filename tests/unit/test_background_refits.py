@@ -1,0 +1,188 @@
+"""Refits in a helper process (streammom.background_refits, streammom.refit_process,
+streammom.state_pipe): the state is the one of inline refits, byte for byte, whatever the
+timing; held batches are routed by the model before the refit and leave the vocabulary alone;
+a helper that dies costs nothing but a refit on the caller's thread."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from streammom import StreamingHierarchy, Vocabulary
+from streammom.background_refits import BackgroundRefits
+from streammom.datasets import make_hierarchical_bernoulli
+from streammom.refit_process import RefitProcess, RefitProcessError
+from streammom.state_pipe import StatePipeError, read_state, write_state
+
+N_EVENTS, BATCH = 12_000, 400
+
+
+@pytest.fixture(scope="module")
+def events() -> list[list[str]]:
+    """Code sets over 120 codes, 8 clusters; a vocabulary of 96 columns fills up, so the refits
+    also recycle columns (the vocabulary changes inside the refit)."""
+    X, _, _ = make_hierarchical_bernoulli(N_EVENTS, 120, 8, codes_per_event=8.0,
+                                          random_state=3)
+    return [[f"c{j}" for j in row.indices] for row in X]
+
+
+def _engine() -> StreamingHierarchy:
+    return StreamingHierarchy(vocabulary=Vocabulary(capacity=96), max_leaves=8,
+                              reservoir_size=256)
+
+
+@pytest.fixture(scope="module")
+def inline_snapshot(events: list[list[str]]) -> bytes:
+    eng = _engine()
+    for a in range(0, N_EVENTS, BATCH):
+        eng.learn(events[a:a + BATCH])
+    assert eng.vocabulary.recycled_count > 0  # the refits did change the vocabulary
+    return eng.snapshot()
+
+
+@pytest.fixture
+def helper() -> RefitProcess:
+    proc = RefitProcess()
+    assert proc.wait_ready(120.0), "the refit process did not start"
+    yield proc
+    proc.close()
+
+
+def test_refits_in_the_helper_leave_the_state_of_inline_refits(
+        events: list[list[str]], inline_snapshot: bytes, helper: RefitProcess) -> None:
+    off = BackgroundRefits(_engine(), helper)
+    most_held = 0
+    for a in range(0, N_EVENTS, BATCH):
+        X, routing = off.learn(events[a:a + BATCH])
+        assert X.shape[0] == routing.leaf_ids.size == len(events[a:a + BATCH])
+        most_held = max(most_held, off.held_events)
+    off.settle()
+    assert off.helper_refits >= 3 and off.helper_failures == 0
+    assert most_held > 0  # batches were held while refits ran
+    assert off.engine.n_events_seen_ == N_EVENTS
+    assert off.engine.snapshot() == inline_snapshot
+
+
+def test_held_batches_use_the_model_before_the_refit_and_leave_the_vocabulary(
+        events: list[list[str]], helper: RefitProcess) -> None:
+    off = BackgroundRefits(_engine(), helper)
+    a = 0
+    while not off.pending:
+        off.learn(events[a:a + BATCH])
+        a += BATCH
+    eng, version = off.engine, off.engine.model_version_
+    vocab = eng.vocabulary
+    before = (vocab.tokens, vocab.counts.copy(), vocab.oov_count, eng.n_events_seen_)
+    batch = [*events[a:a + BATCH], ["never-seen-code"]]
+    X, routing = off.learn(batch)
+    # the refit (state in, refit, state out) takes far longer than the step between two calls
+    assert off.pending and off.held_events == len(batch)
+    assert routing.model_version == version
+    assert np.array_equal(routing.leaf_ids, eng.assign(X).leaf_ids)
+    assert X[len(batch) - 1].nnz == 0  # an unknown code is not admitted while held
+    assert (vocab.tokens, vocab.oov_count, eng.n_events_seen_) == (
+        before[0], before[2], before[3])
+    assert np.array_equal(vocab.counts, before[1])
+    off.settle()
+    assert off.held_events == 0 and not off.pending
+    assert off.engine.n_events_seen_ == a + len(batch)
+    assert off.engine.model_version_ > version
+
+
+def test_a_helper_that_dies_leaves_the_refit_to_the_caller(
+        events: list[list[str]], inline_snapshot: bytes, helper: RefitProcess) -> None:
+    off = BackgroundRefits(_engine(), helper)
+    killed = restarted = False
+    for a in range(0, N_EVENTS, BATCH):
+        off.learn(events[a:a + BATCH])
+        if off.pending and not killed:
+            helper._proc.kill()  # type: ignore[union-attr]  # the helper dies mid-refit
+            helper._proc.wait()  # type: ignore[union-attr]
+            killed = True
+        elif killed and not restarted and off.helper_failures:
+            assert helper.wait_ready(120.0)  # started again by the next refit's request
+            restarted = True
+    off.settle()
+    assert killed and off.helper_failures == 1
+    assert off.helper_refits >= 1  # the helper was started again for the next refits
+    assert off.engine.snapshot() == inline_snapshot
+
+
+def test_held_events_never_pass_the_bound(events: list[list[str]], inline_snapshot: bytes,
+                                          helper: RefitProcess) -> None:
+    off = BackgroundRefits(_engine(), helper, max_held_events=2 * BATCH)
+    for a in range(0, N_EVENTS, BATCH):
+        off.learn(events[a:a + BATCH])
+        assert off.held_events <= 2 * BATCH
+    off.settle()
+    assert off.engine.snapshot() == inline_snapshot
+
+
+def test_without_a_helper_refits_run_inline(events: list[list[str]],
+                                            inline_snapshot: bytes) -> None:
+    off = BackgroundRefits(_engine(), None)
+    for a in range(0, N_EVENTS, BATCH):
+        off.learn(events[a:a + BATCH])
+        assert not off.pending
+    assert off.engine.snapshot() == inline_snapshot
+
+
+def test_a_refit_the_helper_cannot_do_is_an_error_not_a_result() -> None:
+    proc = RefitProcess(timeout_s=60.0)
+    try:
+        assert proc.wait_ready(120.0)
+        eng = _engine()
+        eng.learn([["a", "b"], ["b", "c"]] * 50)
+        proc.submit(eng)
+        with pytest.raises(RefitProcessError):
+            proc.submit(eng)  # busy: one refit at a time
+        result = proc.collect(None)
+        assert result is not None and result.engine.n_events_seen_ == 100
+        with pytest.raises(RefitProcessError, match="no refit was submitted"):
+            proc.collect(0.0)
+    finally:
+        proc.close()
+
+
+# ---------------------------------------------------------------------- the pipe format
+def test_state_pipe_round_trips_every_plain_dtype() -> None:
+    arrays = {"f": np.linspace(0, 1, 7), "f32": np.ones((2, 3), np.float32),
+              "i": np.arange(5, dtype=np.int64), "u": np.arange(3, dtype=np.uint8),
+              "b": np.array([True, False]), "empty": np.zeros((0, 4)),
+              "strided": np.arange(12.0).reshape(3, 4)[:, ::2]}
+    buf = io.BytesIO()
+    write_state(buf, {"k": [1, 2.5, None]}, arrays, info={"ok": True})
+    buf.seek(0)
+    info, manifest, back = read_state(buf)
+    assert info == {"ok": True} and manifest == {"k": [1, 2.5, None]}
+    assert list(back) == list(arrays)
+    for name, arr in arrays.items():
+        assert back[name].dtype == arr.dtype and np.array_equal(back[name], arr)
+    with pytest.raises(EOFError):
+        read_state(buf)  # at the end: no message
+
+
+def _message(header: dict, payload: bytes = b"") -> io.BytesIO:
+    text = json.dumps(header).encode()
+    return io.BytesIO(struct.pack("<Q", len(text)) + text + payload)
+
+
+@pytest.mark.parametrize("header, payload, match", [
+    ({"info": {}, "manifest": {}, "arrays": [["x", "|O", [1]]]}, b"", "plain number"),
+    ({"info": {}, "manifest": {}, "arrays": [["x", "<f8", [-1]]]}, b"", "negative"),
+    ({"info": {}, "manifest": {}, "arrays": [["x", "<f8", [4]]]}, b"\0" * 8, "middle"),
+    ({"info": {}, "manifest": {}}, b"", "malformed"),
+    ({"info": [], "manifest": {}, "arrays": []}, b"", "malformed"),
+])
+def test_state_pipe_refuses_what_is_not_a_state(header: dict, payload: bytes, match: str) -> None:
+    with pytest.raises(StatePipeError, match=match):
+        read_state(_message(header, payload))
+
+
+def test_state_pipe_refuses_a_huge_header() -> None:
+    with pytest.raises(StatePipeError, match="header"):
+        read_state(io.BytesIO(struct.pack("<Q", 1 << 40)))

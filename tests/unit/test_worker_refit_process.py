@@ -1,0 +1,72 @@
+"""The worker with its refits in the helper process (``worker.refit_process``, the default):
+the checkpointed state is the one of refits on the loop, byte for byte; every checkpoint
+covers the events of its offsets; the helper's metrics are exported."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memory_harness import IN, fill_cohort, memory_worker, small_settings
+
+from service.checkpoint import CheckpointStore
+from service.memory_transport import MemoryBroker
+from service.worker import Worker
+
+N = 6_000
+
+
+def _run(tmp_path: Path, name: str, *, helper: bool) -> tuple[Worker, MemoryBroker]:
+    settings = small_settings(tmp_path, name, worker={"refit_process": helper},
+                              checkpoint={"on_refit": True})
+    broker = MemoryBroker()
+    fill_cohort(broker, N)
+    worker = memory_worker(settings, broker)
+    assert worker.run() == 0
+    return worker, broker
+
+
+def test_the_helper_leaves_the_state_of_refits_on_the_loop(tmp_path: Path) -> None:
+    inline, _ = _run(tmp_path, "inline", helper=False)
+    off, broker = _run(tmp_path, "helper", helper=True)
+    assert off._refits is not None and off._refits.helper_refits >= 2
+    assert off._refits.helper_failures == 0
+    # the final checkpoint holds the same bytes of state as the loop's own refits give
+    stored = CheckpointStore(off.store.directory).load()
+    assert stored is not None and stored.offsets == {(IN, 0): N}
+    assert stored.engine().snapshot() == inline.engine.snapshot()
+    assert off.engine.snapshot() == inline.engine.snapshot()
+    # every event assigned once, with the version of the model that routed it
+    values = [json.loads(r.value) for r in broker.records(off.topics.assignments)]
+    assert len(values) == N
+    assert max(v["model_version"] for v in values) <= off.engine.model_version_
+    text = off.metrics.registry.get_sample_value
+    assert text("streammom_refit_held_events") == 0.0
+    assert text("streammom_refit_process_failures_total") == 0.0
+    assert off.refits >= off._refits.helper_refits  # every collected refit logged and counted
+
+
+def test_every_checkpoint_covers_its_offsets(tmp_path: Path) -> None:
+    """A checkpoint asked for while a refit runs waits for it: the events it held are in the
+    state before the offsets past them are stored."""
+    settings = small_settings(tmp_path, "ckpt", worker={"refit_process": True},
+                              checkpoint={"every_events": 250})
+    broker = MemoryBroker()
+    fill_cohort(broker, N)
+    worker = memory_worker(settings, broker)
+    worker.restore()
+    assert worker._refits is not None
+    seen_pending = False
+    while True:
+        records = worker.source.poll(250, 0.0)
+        if not records:
+            break
+        worker.process_batch(records)
+        seen_pending |= worker._refits.pending
+        stored = CheckpointStore(worker.store.directory).load()
+        if stored is not None:  # the engine of a checkpoint learned exactly its offsets' events
+            assert stored.engine().n_events_seen_ == stored.offsets[(IN, 0)]
+    assert seen_pending
+    assert worker.shutdown() == 0
+    stored = CheckpointStore(worker.store.directory).load()
+    assert stored is not None and stored.engine().n_events_seen_ == N
