@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -92,21 +93,54 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
         from service.kafka_clients import ensure_topics
 
         ensure_topics(settings.kafka, settings.topics)
+        children_before = _children_cpu()
         worker = daemon_worker(settings)
         cpu_at_start: list[float] = []  # the process's CPU time at the first batch
+        helper_hwm: list[float] = []
 
         def started() -> bool:
             cpu_at_start.append(time.process_time())
             return True
 
-        seconds, stall = drive(worker, lambda: worker.counters["processed"] >= n, started)
+        def done() -> bool:
+            if worker.counters["processed"] < n:
+                return False
+            helper_hwm.append(_helper_peak_rss_mb(worker))  # before shutdown stops it
+            return True
+
+        seconds, stall = drive(worker, done, started)
         cpu = time.process_time() - cpu_at_start[0]  # every thread's, shutdown included
+        helper_cpu = _children_cpu() - children_before  # the refit process, start-up included
         engine = worker.engine
+        refits = worker._refits
         return {"daemon_events_per_s": n / seconds, "longest_stall_s": stall,
-                "cpu_us_per_event": 1e6 * cpu / n,
+                "cpu_us_per_event": 1e6 * cpu / n, "helper_cpu_s": helper_cpu,
+                "helper_peak_rss_mb": helper_hwm[0] if helper_hwm else 0.0,
+                "helper_refits": refits.helper_refits if refits is not None else 0,
                 "refits": worker.refits, "leaves": int(engine.model_.n_leaves),
                 "vocabulary": len(engine.vocabulary),
                 "oov_tokens": int(engine.vocabulary.oov_count)}
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have ended (the refit process, once the
+    worker's shutdown has stopped it; the broker runs on)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _helper_peak_rss_mb(worker: Any) -> float:
+    """Peak RSS (VmHWM) of the worker's refit process, 0 when it has none."""
+    proc = getattr(getattr(worker._refits, "process", None), "_proc", None)
+    if proc is None:
+        return 0.0
+    try:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+    except OSError:
+        return 0.0
+    kb = next((int(line.split()[1]) for line in status.splitlines()
+               if line.startswith("VmHWM:")), 0)
+    return kb / 1024
 
 
 def main() -> None:
@@ -129,7 +163,10 @@ def main() -> None:
         "ratio_daemon_over_bare": round(daemon["daemon_events_per_s"] / bare, 3),
         "longest_stall_s": round(daemon["longest_stall_s"], 3), "peak_rss_mb": round(rss_mb),
         "daemon_cpu_us_per_event": round(daemon["cpu_us_per_event"], 1),
-        **{k: daemon[k] for k in ("refits", "leaves", "vocabulary", "oov_tokens")}}))
+        "helper_peak_rss_mb": round(daemon["helper_peak_rss_mb"]),
+        "helper_cpu_s": round(daemon["helper_cpu_s"], 2),
+        **{k: daemon[k] for k in ("refits", "helper_refits", "leaves", "vocabulary",
+                                  "oov_tokens")}}))
 
 
 if __name__ == "__main__":

@@ -305,7 +305,8 @@ class Worker:
     def _on_revoke(self, tps: list[TopicPartition]) -> None:
         with self._lock:
             self.blocks.drop(tps)
-        self.checkpoints.request()
+        if tps:  # a group's first join revokes nothing: there is nothing to hand over
+            self.checkpoints.request()
         _log.info("partitions revoked", extra={"partitions": [f"{t}[{p}]" for t, p in tps]})
 
     # ------------------------------------------------------------------ health

@@ -20,6 +20,8 @@ and refits it itself (:mod:`streammom.background_refits`). POSIX only (``select`
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 import os
 import select
 import subprocess
@@ -206,6 +208,14 @@ class RefitProcess:
 
 
 # ---------------------------------------------------------------------- the helper's side
+def _release_memory() -> None:
+    """Between refits the helper holds nothing: collect, and give the freed heap back to the
+    system (glibc's ``malloc_trim``; a no-op elsewhere), so its resident memory is that of
+    the interpreter and its libraries while it waits, not of the last refit's temporaries."""
+    gc.collect()
+    with contextlib.suppress(AttributeError, OSError):
+        ctypes.CDLL(None).malloc_trim(0)
+
 def main(argv: list[str] | None = None) -> int:
     """The helper's loop: say ready, then read a state, refit it, send it back, until stdin
     closes. Errors of a refit are sent back (the caller refits itself); the helper goes on."""
@@ -229,12 +239,15 @@ def main(argv: list[str] | None = None) -> int:
                     return 0
                 try:
                     engine = StreamingHierarchy.from_archive(manifest, arrays)
+                    del manifest, arrays
                     t0 = time.perf_counter()
                     engine.refit()
                     info = {"ok": True, "duration_s": time.perf_counter() - t0}
                     write_state(stdout, *engine.to_archive(), info=info)
+                    del engine
                 except Exception as exc:  # the process boundary: the caller refits itself
                     write_state(stdout, {}, {}, info={"ok": False, "error": repr(exc)[:2000]})
+                _release_memory()
     except (KeyboardInterrupt, BrokenPipeError):
         return 0
 
