@@ -478,16 +478,18 @@ class Worker:
             self._refit_failures_seen = refits.helper_failures
 
     def _collect_refit(self) -> None:
-        """Swap in a refit the helper has finished (no wait) and learn the events it held."""
+        """Swap in a refit the helper has finished (no wait) and learn the events held."""
         refits = self._refits
-        if refits is not None and refits.poll():
+        if refits is not None and refits.holding:
+            refits.poll()
+            refits.drain()  # no batch is arriving: catch up at once
             self._observe_refits()
 
     def _settle_refits(self) -> None:
         """Wait for a refit running in the helper and learn the events it held, so the state
         covers every event whose offset the worker has advanced past (before a checkpoint)."""
         refits = self._refits
-        if refits is not None and refits.pending:
+        if refits is not None and refits.holding:
             refits.settle()
             self._observe_refits()
 
@@ -653,8 +655,8 @@ class Worker:
         self._finish_checkpoint(wait=False)
         if not self.checkpoints.due():
             return
-        if self._refits is not None and self._refits.pending and not self.checkpoints.urgent:
-            return  # taken once the refit is collected: the state then covers the offsets
+        if self._refits is not None and self._refits.holding and not self.checkpoints.urgent:
+            return  # taken once the held events are learned: the state then covers the offsets
         if (self.background_checkpoints and self.settings.checkpoint.background
                 and not self.checkpoints.urgent):
             with self._lock:

@@ -7,7 +7,9 @@ refitted state comes back, every batch is **routed** with the current model (its
 that model's version) and **held**: neither counted by the vocabulary nor added to the sums.
 When the refit is collected its state replaces the engine and the held batches are learned
 into it, in order, with the same batch boundaries — a refit that falls due among them starts
-the next round. The sums, tree, vocabulary and counters are therefore exactly those of the
+the next round. The catching up is spread over the next calls (each learns held batches worth
+twice its own batch, and its batch joins the queue until the queue is empty), so no call pays
+for the whole window. The sums, tree, vocabulary and counters are therefore exactly those of the
 same batches learned with refits inline (``engine.learn`` refitting when due), byte for byte;
 only the labels of the held batches differ, by their model version, as in any service that
 refits while it serves.
@@ -38,6 +40,7 @@ True
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -88,25 +91,38 @@ class BackgroundRefits:
         self.helper_refits = 0  # refits collected from the helper
         self.helper_failures = 0  # every failure of the helper, counted (metrics)
         self._consecutive_failures = 0
-        self._held: list[tuple[Any, np.ndarray | None]] = []
+        self._held: deque[tuple[Any, np.ndarray | None]] = deque()
         self._pending = False
         if process is not None:
             process.start()  # it loads its kernels while the caller starts up
 
     @property
     def pending(self) -> bool:
-        """A refit is running in the helper (batches are being held)."""
+        """A refit is running in the helper."""
         return self._pending
+
+    @property
+    def holding(self) -> bool:
+        """Batches wait to be learned (a refit runs, or its held batches are being caught up):
+        the state does not cover every batch given to :meth:`learn` yet."""
+        return self._pending or bool(self._held)
 
     def learn(self, items: Any, timestamps: Any = None) -> tuple[sp.csr_array, Routing]:
         """Learn a batch (raw events with a vocabulary, else a matrix of rows): its rows and
-        routing. Held instead while a refit runs (routed with the current model)."""
-        self.poll()
+        routing. While batches are held (a refit runs, or the ones it held are being caught
+        up) the batch joins them, routed with the current model; each call learns held
+        batches worth up to twice its own size, in order, so the catching up is spread over
+        calls instead of stopping one of them."""
         n = _size(items)
-        if self._pending and self.held_events + n > self.max_held_events:
-            self.settle()
+        self.poll()
+        self.drain(2 * n)
+        while self.holding and self.held_events + n > self.max_held_events:
+            if self._pending:
+                self.poll(timeout=None)
+            else:
+                self.drain(self.held_events + n - self.max_held_events)
         ts = None if timestamps is None else np.asarray(timestamps, dtype=np.float64)
-        if self._pending:
+        if self.holding:
             X = self._rows(items, update=False)
             routing = self.engine.assign(X)
             self._held.append((items, ts))
@@ -115,8 +131,9 @@ class BackgroundRefits:
         return self._learn_now(items, ts)
 
     def poll(self, timeout: float | None = 0.0) -> bool:
-        """Collect a finished refit (waiting up to ``timeout``; None: until it ends), learn the
-        held batches into it; True if a refit was collected."""
+        """Collect a finished refit (waiting up to ``timeout``; None: until it ends): its state
+        becomes the engine's; True if a refit was collected. The held batches are learned
+        into it by :meth:`drain`."""
         if not self._pending:
             return False
         assert self.process is not None
@@ -133,20 +150,26 @@ class BackgroundRefits:
             self.engine = result.engine
         self._pending = False
         self._refitted()
-        held, self._held, self.held_events = self._held, [], 0
-        for items, ts in held:
-            if self._pending:  # a refit fell due again among them: hold the rest
-                self._held.append((items, ts))
-                self.held_events += _size(items)
-            else:
-                self._learn_now(items, ts)
         return True
+
+    def drain(self, max_events: int | None = None) -> None:
+        """Learn held batches in order, whole, until about ``max_events`` events (at least one
+        batch; None: all), stopping when one of them starts a refit in the helper."""
+        learned = 0
+        while self._held and not self._pending and (max_events is None
+                                                     or learned < max_events):
+            items, ts = self._held.popleft()
+            size = _size(items)
+            self.held_events -= size
+            learned += size
+            self._learn_now(items, ts)
 
     def settle(self) -> None:
         """Wait until no refit is running and every held batch is learned (before a
         checkpoint or a snapshot: the state then covers every batch given to :meth:`learn`)."""
-        while self._pending:
+        while self.holding:
             self.poll(timeout=None)
+            self.drain()
 
     def close(self) -> None:
         """Settle, then stop the helper."""

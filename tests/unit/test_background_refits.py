@@ -57,9 +57,13 @@ def test_refits_in_the_helper_leave_the_state_of_inline_refits(
     off = BackgroundRefits(_engine(), helper)
     most_held = 0
     for a in range(0, N_EVENTS, BATCH):
+        seen = off.engine.n_events_seen_
         X, routing = off.learn(events[a:a + BATCH])
         assert X.shape[0] == routing.leaf_ids.size == len(events[a:a + BATCH])
         most_held = max(most_held, off.held_events)
+        # the catching up is spread: a call learns its batch and at most two held ones
+        assert off.engine.n_events_seen_ - seen <= 3 * BATCH
+        assert off.engine.n_events_seen_ + off.held_events == a + X.shape[0]
     off.settle()
     assert off.helper_refits >= 3 and off.helper_failures == 0
     assert most_held > 0  # batches were held while refits ran
@@ -88,7 +92,7 @@ def test_held_batches_use_the_model_before_the_refit_and_leave_the_vocabulary(
         before[0], before[2], before[3])
     assert np.array_equal(vocab.counts, before[1])
     off.settle()
-    assert off.held_events == 0 and not off.pending
+    assert off.held_events == 0 and not off.holding
     assert off.engine.n_events_seen_ == a + len(batch)
     assert off.engine.model_version_ > version
 
