@@ -404,15 +404,15 @@ class WorkerSettings(_Section):
     refit_process: bool = Field(
         default=True,
         description=(
-            "run the engine's refits in a helper process (role all): the loop keeps "
-            "assigning with the current model and learns the events of the refit's window "
-            "into the refitted state, so the state is the one of inline refits, byte for "
-            "byte (docs/design.md section 6); false: refit on the loop"
+            "run the engine's refits in a helper process (role all): the loop goes on "
+            "reading and validating events while a refit runs, and learns and assigns them "
+            "once it is back, so state and assignments are those of refits on the loop, byte "
+            "for byte (docs/design.md section 6); false: refit on the loop"
         ),
     )
     refit_max_held_events: int = Field(
         default=50_000, ge=1,
-        description="events assigned and held at most while a refit runs; then the loop waits",
+        description="events read and held at most while a refit runs; then the loop waits",
     )
     refit_timeout_s: float = Field(
         default=600.0, gt=0,

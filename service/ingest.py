@@ -40,6 +40,7 @@ class IngestWorker(Worker):
     """Decode, dead-letter, assign and forward frames (see the module docstring)."""
 
     background_checkpoints = False  # its checkpoint is a commit of what was acknowledged
+    refits_in_helper = False  # it keeps no engine
 
     def __init__(self, settings: Settings, source: Source, sink: Sink, *,
                  models: ModelFollower, metrics: WorkerMetrics | None = None,

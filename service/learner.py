@@ -66,6 +66,7 @@ class LearnerWorker(Worker):
     """
 
     background_checkpoints = False  # the state topic is written with the loop's producer
+    refits_in_helper = False  # its frames are mapped by the vocabulary as they are read
 
     def __init__(self, settings: Settings, source: Source, sink: Sink, *,
                  state: TopicCheckpointStore, models: ModelFollower,

@@ -87,8 +87,8 @@ class WorkerMetrics:
         )
         self.refit_held_events = Gauge(
             "streammom_refit_held_events",
-            "Events assigned with the current model and waiting for the refit running in the "
-            "helper process to be learned.",
+            "Events read and waiting to be learned and assigned: a refit runs in the helper "
+            "process, or the events it held are being caught up.",
             registry=r,
         )
         self.refit_process_failures = Counter(

@@ -116,6 +116,13 @@ class Worker:
         self.topics = settings.topics
         self._engine: StreamingHierarchy | None = None
         self._refits: BackgroundRefits | None = None  # role all: refits in a helper process
+        self._refit_process: RefitProcess | None = None
+        if self.refits_in_helper and settings.worker.refit_process:
+            w = settings.worker  # started now: it imports the library while this one starts up
+            self._refit_process = RefitProcess(blas_threads=w.blas_threads,
+                                               timeout_s=w.refit_timeout_s)
+            self._refit_process.start()
+        self._batch: BatchResult | None = None  # the batch being processed
         self.offsets: dict[TopicPartition, int] = {}
         self.counters: dict[str, Any] = {"processed": 0, "rejected": {}, "assignments": 0,
                                          "model_epoch": int(time.time() * 1000)}
@@ -155,16 +162,15 @@ class Worker:
 
     def _start_refits(self) -> None:
         """Learning goes through :class:`~streammom.background_refits.BackgroundRefits`: with
-        ``worker.refit_process`` the refits run in a helper process, started now and waited
-        for (up to a minute: it loads the same kernels as this process) so the first refit
-        does not fall back to the loop; the state is the one of inline refits either way."""
+        ``worker.refit_process`` the refits run in a helper process (started with the worker)
+        which is waited for here (up to a minute: it imports the library) so the first refit
+        does not fall back to the loop; state and outputs are those of inline refits either
+        way."""
         w = self.settings.worker
-        process = None
-        if w.refit_process:
-            process = RefitProcess(blas_threads=w.blas_threads, timeout_s=w.refit_timeout_s)
+        process = self._refit_process
         self._refits = BackgroundRefits(self.engine, process, binary=self._binary,
                                         max_held_events=w.refit_max_held_events,
-                                        on_refit=self._on_refit)
+                                        on_learned=self._on_learned, on_refit=self._on_refit)
         if process is not None and not process.wait_ready(60.0):
             _log.warning("refit process not ready after 60 s: refits run on the loop until "
                          "it is")
@@ -410,10 +416,14 @@ class Worker:
         """
         t0 = time.perf_counter()
         result = BatchResult(records=len(records))
-        for block in self.blocks.split(records):
-            events = [event for _, event in self._valid_events(block, result)]
-            if events:
-                self._learn_and_assign(events, result)
+        self._batch = result
+        try:
+            for block in self.blocks.split(records):
+                events = [event for _, event in self._valid_events(block, result)]
+                if events:
+                    self._learn_and_assign(events, result)
+        finally:
+            self._batch = None
         return self._finish_batch(records, result, t0)
 
     def _valid_events(self, block: list[Record], result: BatchResult
@@ -457,15 +467,25 @@ class Worker:
         _log.debug("dead-lettered", extra={"reason": rej.reason, "offset": rec.offset})
 
     def _learn_and_assign(self, events: list[Event], result: BatchResult) -> None:
+        """Learn the events (now, or once the refit running in the helper is collected:
+        :class:`~streammom.background_refits.BackgroundRefits`); their assignments are
+        produced when they are learned (:meth:`_on_learned`)."""
         refits = self._refits
         assert refits is not None
         before = self.refits
-        X, routing = refits.learn(event_features(events), event_timestamps(events))
-        self.metrics.observe_vocabulary(self.engine.vocabulary, X)
-        self._produce_assignments(events, routing, result)
+        refits.learn(event_features(events), event_timestamps(events), token=events)
         result.refitted |= self.refits > before
         result.model_version = int(self.engine.model_version_)
         self._observe_refits()
+
+    def _on_learned(self, events: list[Event], X: Any, routing: Routing) -> None:
+        """A batch was learned: produce its assignments, counted with the batch being
+        processed, or at once when it was learned outside one (idle, before a checkpoint)."""
+        result = self._batch if self._batch is not None else BatchResult()
+        self.metrics.observe_vocabulary(self.engine.vocabulary, X)
+        self._produce_assignments(events, routing, result)
+        if self._batch is None:
+            self._count_assignments(result)
 
     def _observe_refits(self) -> None:
         refits = self._refits
@@ -477,21 +497,27 @@ class Worker:
             self.metrics.refit_process_failures.inc(failures)
             self._refit_failures_seen = refits.helper_failures
 
-    def _collect_refit(self) -> None:
-        """Swap in a refit the helper has finished (no wait) and learn the events held."""
+    def _collect_refit(self) -> bool:
+        """Swap in a refit the helper has finished (no wait), learn the held events and flush
+        their assignments; False if that flush failed past the shutdown deadline."""
         refits = self._refits
-        if refits is not None and refits.holding:
-            refits.poll()
-            refits.drain()  # no batch is arriving: catch up at once
-            self._observe_refits()
+        if refits is None or not refits.holding:
+            return True
+        refits.poll()
+        refits.drain()  # no batch is arriving: catch up at once
+        self._observe_refits()
+        return self._flush()
 
-    def _settle_refits(self) -> None:
-        """Wait for a refit running in the helper and learn the events it held, so the state
-        covers every event whose offset the worker has advanced past (before a checkpoint)."""
+    def _settle_refits(self) -> bool:
+        """Wait for a refit running in the helper, learn every held event and flush their
+        assignments, so the state and the outputs cover every event whose offset the worker
+        has advanced past (before a checkpoint); False if the flush failed."""
         refits = self._refits
-        if refits is not None and refits.holding:
-            refits.settle()
-            self._observe_refits()
+        if refits is None or not refits.holding:
+            return True
+        refits.settle()
+        self._observe_refits()
+        return self._flush()
 
     def _produce_assignments(self, events: list[Event], routing: Routing,
                              result: BatchResult) -> None:
@@ -613,10 +639,14 @@ class Worker:
                     self.offsets[tp] = nxt
                 elif nxt > stored:
                     self.offsets[tp] = nxt
+        self._count_assignments(result)
+        self.checkpoints.add_records(len(records))
+
+    def _count_assignments(self, result: BatchResult) -> None:
+        """Add a batch's events (processed, rejected) and assignments to the counters."""
         self._count(result)
         self.counters["assignments"] += result.processed
         self.metrics.assignments_published.inc(result.processed)
-        self.checkpoints.add_records(len(records))
 
     def _count(self, result: BatchResult) -> None:
         """Add a batch's valid and rejected events to the counters and their metrics."""
@@ -641,6 +671,10 @@ class Worker:
             extra={"partition": f"{tp[0]}[{tp[1]}]", "state_offset": stored,
                    "reset_to": first},
         )
+
+    #: The roles that learn with refits (``all``) run them in a helper process when
+    #: ``worker.refit_process`` is on; the learner refits on its loop, ingest never does.
+    refits_in_helper = True
 
     #: Scheduled checkpoints are copied on the loop and written to the checkpoint files by a
     #: background thread (:meth:`CheckpointPolicy.begin`); the roles whose checkpoint is a
@@ -679,8 +713,10 @@ class Worker:
         """Write the checkpoint (state + offsets), then commit those offsets; False if the
         write failed (:meth:`~service.checkpoint_policy.CheckpointPolicy.commit`: the loop
         goes on uncommitted, not ready, and retries with backoff). A background write still
-        in flight is finished first, and a refit running in the helper is waited for."""
-        self._settle_refits()
+        in flight is finished first, and a refit running in the helper is waited for (its
+        held events learned and their assignments flushed)."""
+        if not self._settle_refits():
+            return False
         with self._lock:
             offsets = dict(self.offsets)
         return self.checkpoints.commit(self.store, self.engine, offsets, self.counters,
@@ -698,7 +734,8 @@ class Worker:
     def _idle(self) -> bool:
         """Periodic work when a poll returned nothing: a refit the helper finished, model
         publish, time-based checkpoint."""
-        self._collect_refit()
+        if not self._collect_refit():
+            return False
         if self.publisher.due(int(self.engine.model_version_)):
             self._maybe_publish_model()
             if not self._flush():
@@ -750,8 +787,8 @@ class Worker:
 
     def _close(self) -> None:
         self._finish_checkpoint(wait=True)
-        if self._refits is not None and self._refits.process is not None:
-            self._refits.process.close()  # a refit still running is dropped with the process
+        if self._refit_process is not None:
+            self._refit_process.close()  # a refit still running is dropped with the process
         self.checkpoints.close()
         for closer in (self.source.close, self.sink.close):
             try:

@@ -1,25 +1,26 @@
-"""Refits off the caller's loop, with the state of refits in it (design §5 "refits off the loop").
+"""Refits off the caller's loop, with the outputs of refits in it (design §5, §6 "refits off the
+loop").
 
 :class:`BackgroundRefits` learns batches with a :class:`~streammom.StreamingHierarchy` and,
 when the refit policy asks for a refit, hands the state to a helper process
 (:class:`~streammom.refit_process.RefitProcess`) instead of refitting on the spot. Until the
-refitted state comes back, every batch is **routed** with the current model (its labels carry
-that model's version) and **held**: neither counted by the vocabulary nor added to the sums.
-When the refit is collected its state replaces the engine and the held batches are learned
-into it, in order, with the same batch boundaries — a refit that falls due among them starts
-the next round. The catching up is spread over the next calls (each learns held batches worth
-twice its own batch, and its batch joins the queue until the queue is empty), so no call pays
-for the whole window. The sums, tree, vocabulary and counters are therefore exactly those of the
-same batches learned with refits inline (``engine.learn`` refitting when due), byte for byte;
-only the labels of the held batches differ, by their model version, as in any service that
-refits while it serves.
+refitted state comes back, every new batch is **held**, as given (raw events: the refit may
+recycle vocabulary columns, and the events must be counted and mapped by the vocabulary it
+returns). When the refit is collected its state replaces the engine and the held batches are
+learned into it, in order, with the same batch boundaries — a refit that falls due among them
+starts the next round. Each batch's routing is given to ``on_learned`` when the batch is
+learned, now or later. The sums, tree, vocabulary and counters, **and every batch's labels**,
+are therefore exactly those of the same batches learned with refits inline (``engine.learn``
+refitting when due), byte for byte: what moves is only *when* a held batch's labels are
+given, after the refit, as they would be had the caller waited for it. Meanwhile the caller
+goes on (reads, decodes, validates the next batches), and the refit's work is on another core.
 
-Held batches keep their raw events (token lists or count dicts): the refit may recycle
-vocabulary columns, and the events must be counted and mapped by the vocabulary the refit
-returns, as they would have been after an inline refit. At most ``max_held_events`` are held;
-past that :meth:`BackgroundRefits.learn` waits for the refit (bounded memory). A helper that
-is not ready yet (it is starting) or that failed leaves the refit to the caller's thread, so
-nothing is ever lost or skipped; a helper that failed is started again at the next refit.
+The catching up is spread over the next calls: each learns held batches worth twice its own
+batch, and its own batch joins the queue until the queue is empty, so no call pays for the
+whole window. At most ``max_held_events`` are held; past that :meth:`BackgroundRefits.learn`
+waits (bounded memory). A helper that is not ready yet (it is starting) or that failed leaves
+the refit to the caller's thread, so nothing is ever lost or skipped; a helper that failed is
+started again at the next refit.
 
 >>> from streammom import StreamingHierarchy, Vocabulary
 >>> from streammom.datasets import make_hierarchical_bernoulli
@@ -28,13 +29,15 @@ nothing is ever lost or skipped; a helper that failed is started again at the ne
 >>> inline = StreamingHierarchy(vocabulary=Vocabulary(capacity=64), max_leaves=4)
 >>> for a in range(0, 4_000, 500):
 ...     _ = inline.learn(events[a:a + 500])
+>>> labels = []
 >>> off = BackgroundRefits(StreamingHierarchy(vocabulary=Vocabulary(capacity=64),
-...                                           max_leaves=4), RefitProcess())
+...                                           max_leaves=4), RefitProcess(),
+...                        on_learned=lambda batch, X, routing: labels.append(routing.leaf_ids))
 >>> for a in range(0, 4_000, 500):
-...     _ = off.learn(events[a:a + 500])
+...     off.learn(events[a:a + 500], token=a)
 >>> off.settle(); off.close()
->>> off.engine.snapshot() == inline.snapshot()
-True
+>>> off.engine.snapshot() == inline.snapshot(), len(labels)
+(True, 8)
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ class BackgroundRefits:
         How events become rows (:meth:`~streammom.vocab.Vocabulary.transform`): 0/1 or counts.
     max_held_events : int >= 1, default 50_000
         Events held at most while a refit runs; the next batch waits for the refit.
+    on_learned : callable or None
+        ``on_learned(token, X, routing)`` for every batch when it is learned: the ``token``
+        given to :meth:`learn`, its rows and its routing (the labels of inline refits).
     on_refit : callable or None
         Called with the engine after every refit, done here or collected from the helper
         (before the held batches are learned into it): logs, metrics, reports.
@@ -79,6 +85,7 @@ class BackgroundRefits:
 
     def __init__(self, engine: StreamingHierarchy, process: RefitProcess | None = None, *,
                  binary: bool = True, max_held_events: int = 50_000,
+                 on_learned: Callable[[Any, sp.csr_array, Routing], None] | None = None,
                  on_refit: Callable[[StreamingHierarchy], None] | None = None) -> None:
         if max_held_events < 1:
             raise ValueError(f"max_held_events must be >= 1, got {max_held_events}")
@@ -86,12 +93,13 @@ class BackgroundRefits:
         self.process = process
         self.binary = binary
         self.max_held_events = int(max_held_events)
+        self.on_learned = on_learned
         self.on_refit = on_refit
         self.held_events = 0  # events routed and waiting to be learned
         self.helper_refits = 0  # refits collected from the helper
         self.helper_failures = 0  # every failure of the helper, counted (metrics)
         self._consecutive_failures = 0
-        self._held: deque[tuple[Any, np.ndarray | None]] = deque()
+        self._held: deque[tuple[Any, np.ndarray | None, Any]] = deque()
         self._pending = False
         if process is not None:
             process.start()  # it loads its kernels while the caller starts up
@@ -107,12 +115,11 @@ class BackgroundRefits:
         the state does not cover every batch given to :meth:`learn` yet."""
         return self._pending or bool(self._held)
 
-    def learn(self, items: Any, timestamps: Any = None) -> tuple[sp.csr_array, Routing]:
-        """Learn a batch (raw events with a vocabulary, else a matrix of rows): its rows and
-        routing. While batches are held (a refit runs, or the ones it held are being caught
-        up) the batch joins them, routed with the current model; each call learns held
-        batches worth up to twice its own size, in order, so the catching up is spread over
-        calls instead of stopping one of them."""
+    def learn(self, items: Any, timestamps: Any = None, *, token: Any = None) -> None:
+        """Learn a batch (raw events with a vocabulary, else a matrix of rows) now, or hold it
+        while batches are held (a refit runs, or the ones it held are being caught up); its
+        rows and routing go to ``on_learned(token, X, routing)`` when it is learned. Each call
+        first learns held batches worth up to twice its own size, in order."""
         n = _size(items)
         self.poll()
         self.drain(2 * n)
@@ -123,12 +130,10 @@ class BackgroundRefits:
                 self.drain(self.held_events + n - self.max_held_events)
         ts = None if timestamps is None else np.asarray(timestamps, dtype=np.float64)
         if self.holding:
-            X = self._rows(items, update=False)
-            routing = self.engine.assign(X)
-            self._held.append((items, ts))
+            self._held.append((items, ts, token))
             self.held_events += n
-            return X, routing
-        return self._learn_now(items, ts)
+        else:
+            self._learn_now(items, ts, token)
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         """Collect a finished refit (waiting up to ``timeout``; None: until it ends): its state
@@ -158,11 +163,11 @@ class BackgroundRefits:
         learned = 0
         while self._held and not self._pending and (max_events is None
                                                      or learned < max_events):
-            items, ts = self._held.popleft()
+            items, ts, token = self._held.popleft()
             size = _size(items)
             self.held_events -= size
             learned += size
-            self._learn_now(items, ts)
+            self._learn_now(items, ts, token)
 
     def settle(self) -> None:
         """Wait until no refit is running and every held batch is learned (before a
@@ -178,18 +183,14 @@ class BackgroundRefits:
             self.process.close()
 
     # ------------------------------------------------------------------ internals
-    def _rows(self, items: Any, *, update: bool) -> sp.csr_array:
+    def _learn_now(self, items: Any, ts: np.ndarray | None, token: Any) -> None:
         vocab = self.engine.vocabulary
-        if vocab is None:
-            return items
-        return vocab.transform(items, binary=self.binary, update=update)
-
-    def _learn_now(self, items: Any, ts: np.ndarray | None) -> tuple[sp.csr_array, Routing]:
-        X = self._rows(items, update=True)
+        X = items if vocab is None else vocab.transform(items, binary=self.binary)
         routing = self.engine.learn(X, timestamps=ts, refit=False)
+        if self.on_learned is not None:
+            self.on_learned(token, X, routing)
         if self.engine.refit_due():
             self._start_refit()
-        return X, routing
 
     def _start_refit(self) -> None:
         proc = self.process

@@ -78,8 +78,8 @@ class RefitProcess:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """Start the helper if it is not running (returns at once; it loads its kernels and
-        says it is ready on its own time: :meth:`ready`)."""
+        """Start the helper if it is not running (returns at once; it imports the library and
+        says it is ready on its own time, about a second later: :meth:`ready`)."""
         if self._proc is not None and self._proc.poll() is None:
             return
         package_root = str(Path(__file__).resolve().parents[1])
@@ -222,14 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     from streammom.engine import StreamingHierarchy
-    from streammom.warmup import warm_up
 
     args = sys.argv[1:] if argv is None else argv
     threads = int(args[0]) if args else 1
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     try:
         with threadpool_limits(limits=threads):
-            warm_up()
+            # ready once imported: the compiled kernels load on the first refit, which is
+            # off the caller's loop anyway
             stdout.write(_READY)
             stdout.flush()
             while True:

@@ -1,7 +1,7 @@
 """Refits in a helper process (streammom.background_refits, streammom.refit_process,
-streammom.state_pipe): the state is the one of inline refits, byte for byte, whatever the
-timing; held batches are routed by the model before the refit and leave the vocabulary alone;
-a helper that dies costs nothing but a refit on the caller's thread."""
+streammom.state_pipe): the state and every batch's labels are those of inline refits, byte for
+byte, whatever the timing; held batches leave the engine and the vocabulary alone until they
+are learned; a helper that dies costs nothing but a refit on the caller's thread."""
 
 from __future__ import annotations
 
@@ -36,12 +36,30 @@ def _engine() -> StreamingHierarchy:
 
 
 @pytest.fixture(scope="module")
-def inline_snapshot(events: list[list[str]]) -> bytes:
+def inline_run(events: list[list[str]]) -> tuple[bytes, list[tuple[int, bytes]]]:
+    """The snapshot and every batch's labels (model version, leaf ids) with inline refits."""
     eng = _engine()
+    labels = []
     for a in range(0, N_EVENTS, BATCH):
-        eng.learn(events[a:a + BATCH])
+        routing = eng.learn(events[a:a + BATCH])
+        labels.append((routing.model_version, routing.leaf_ids.tobytes()))
     assert eng.vocabulary.recycled_count > 0  # the refits did change the vocabulary
-    return eng.snapshot()
+    assert len({v for v, _ in labels}) > 3  # labels of several model versions
+    return eng.snapshot(), labels
+
+
+class Labels:
+    """``on_learned``: every batch's token and labels, in the order they were learned."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, int, bytes]] = []
+
+    def __call__(self, token: int, X: object, routing: object) -> None:
+        self.got.append((token, routing.model_version, routing.leaf_ids.tobytes()))
+
+    def by_batch(self) -> list[tuple[int, bytes]]:
+        assert [t for t, _, _ in self.got] == list(range(len(self.got)))  # in order, once
+        return [(v, ids) for _, v, ids in self.got]
 
 
 @pytest.fixture
@@ -52,57 +70,58 @@ def helper() -> RefitProcess:
     proc.close()
 
 
-def test_refits_in_the_helper_leave_the_state_of_inline_refits(
-        events: list[list[str]], inline_snapshot: bytes, helper: RefitProcess) -> None:
-    off = BackgroundRefits(_engine(), helper)
+def test_refits_in_the_helper_leave_the_state_and_labels_of_inline_refits(
+        events: list[list[str]], inline_run: tuple[bytes, list], helper: RefitProcess) -> None:
+    labels = Labels()
+    off = BackgroundRefits(_engine(), helper, on_learned=labels)
     most_held = 0
-    for a in range(0, N_EVENTS, BATCH):
+    for i, a in enumerate(range(0, N_EVENTS, BATCH)):
         seen = off.engine.n_events_seen_
-        X, routing = off.learn(events[a:a + BATCH])
-        assert X.shape[0] == routing.leaf_ids.size == len(events[a:a + BATCH])
+        off.learn(events[a:a + BATCH], token=i)
         most_held = max(most_held, off.held_events)
         # the catching up is spread: a call learns its batch and at most two held ones
         assert off.engine.n_events_seen_ - seen <= 3 * BATCH
-        assert off.engine.n_events_seen_ + off.held_events == a + X.shape[0]
+        assert off.engine.n_events_seen_ + off.held_events == min(a + BATCH, N_EVENTS)
     off.settle()
     assert off.helper_refits >= 3 and off.helper_failures == 0
     assert most_held > 0  # batches were held while refits ran
     assert off.engine.n_events_seen_ == N_EVENTS
-    assert off.engine.snapshot() == inline_snapshot
+    assert off.engine.snapshot() == inline_run[0]
+    assert labels.by_batch() == inline_run[1]
 
 
-def test_held_batches_use_the_model_before_the_refit_and_leave_the_vocabulary(
+def test_held_batches_leave_the_engine_and_the_vocabulary_alone(
         events: list[list[str]], helper: RefitProcess) -> None:
-    off = BackgroundRefits(_engine(), helper)
-    a = 0
+    labels = Labels()
+    off = BackgroundRefits(_engine(), helper, on_learned=labels)
+    a = i = 0
     while not off.pending:
-        off.learn(events[a:a + BATCH])
-        a += BATCH
-    eng, version = off.engine, off.engine.model_version_
+        off.learn(events[a:a + BATCH], token=i)
+        a, i = a + BATCH, i + 1
+    eng = off.engine
     vocab = eng.vocabulary
     before = (vocab.tokens, vocab.counts.copy(), vocab.oov_count, eng.n_events_seen_)
     batch = [*events[a:a + BATCH], ["never-seen-code"]]
-    X, routing = off.learn(batch)
+    off.learn(batch, token=i)
     # the refit (state in, refit, state out) takes far longer than the step between two calls
     assert off.pending and off.held_events == len(batch)
-    assert routing.model_version == version
-    assert np.array_equal(routing.leaf_ids, eng.assign(X).leaf_ids)
-    assert X[len(batch) - 1].nnz == 0  # an unknown code is not admitted while held
+    assert len(labels.got) == i  # no labels for the held batch yet
     assert (vocab.tokens, vocab.oov_count, eng.n_events_seen_) == (
         before[0], before[2], before[3])
     assert np.array_equal(vocab.counts, before[1])
     off.settle()
     assert off.held_events == 0 and not off.holding
     assert off.engine.n_events_seen_ == a + len(batch)
-    assert off.engine.model_version_ > version
+    assert len(labels.by_batch()) == i + 1
 
 
 def test_a_helper_that_dies_leaves_the_refit_to_the_caller(
-        events: list[list[str]], inline_snapshot: bytes, helper: RefitProcess) -> None:
-    off = BackgroundRefits(_engine(), helper)
+        events: list[list[str]], inline_run: tuple[bytes, list], helper: RefitProcess) -> None:
+    labels = Labels()
+    off = BackgroundRefits(_engine(), helper, on_learned=labels)
     killed = restarted = False
-    for a in range(0, N_EVENTS, BATCH):
-        off.learn(events[a:a + BATCH])
+    for i, a in enumerate(range(0, N_EVENTS, BATCH)):
+        off.learn(events[a:a + BATCH], token=i)
         if off.pending and not killed:
             helper._proc.kill()  # type: ignore[union-attr]  # the helper dies mid-refit
             helper._proc.wait()  # type: ignore[union-attr]
@@ -113,26 +132,30 @@ def test_a_helper_that_dies_leaves_the_refit_to_the_caller(
     off.settle()
     assert killed and off.helper_failures == 1
     assert off.helper_refits >= 1  # the helper was started again for the next refits
-    assert off.engine.snapshot() == inline_snapshot
+    assert off.engine.snapshot() == inline_run[0]
+    assert labels.by_batch() == inline_run[1]
 
 
-def test_held_events_never_pass_the_bound(events: list[list[str]], inline_snapshot: bytes,
+def test_held_events_never_pass_the_bound(events: list[list[str]],
+                                          inline_run: tuple[bytes, list],
                                           helper: RefitProcess) -> None:
     off = BackgroundRefits(_engine(), helper, max_held_events=2 * BATCH)
     for a in range(0, N_EVENTS, BATCH):
         off.learn(events[a:a + BATCH])
         assert off.held_events <= 2 * BATCH
     off.settle()
-    assert off.engine.snapshot() == inline_snapshot
+    assert off.engine.snapshot() == inline_run[0]
 
 
 def test_without_a_helper_refits_run_inline(events: list[list[str]],
-                                            inline_snapshot: bytes) -> None:
-    off = BackgroundRefits(_engine(), None)
-    for a in range(0, N_EVENTS, BATCH):
-        off.learn(events[a:a + BATCH])
-        assert not off.pending
-    assert off.engine.snapshot() == inline_snapshot
+                                            inline_run: tuple[bytes, list]) -> None:
+    labels = Labels()
+    off = BackgroundRefits(_engine(), None, on_learned=labels)
+    for i, a in enumerate(range(0, N_EVENTS, BATCH)):
+        off.learn(events[a:a + BATCH], token=i)
+        assert not off.holding
+    assert off.engine.snapshot() == inline_run[0]
+    assert labels.by_batch() == inline_run[1]
 
 
 def test_a_refit_the_helper_cannot_do_is_an_error_not_a_result() -> None:

@@ -1,6 +1,7 @@
 """The worker with its refits in the helper process (``worker.refit_process``, the default):
-the checkpointed state is the one of refits on the loop, byte for byte; every checkpoint
-covers the events of its offsets; the helper's metrics are exported."""
+the checkpointed state and every assignment are those of refits on the loop, byte for byte;
+every checkpoint covers the events and outputs of its offsets; the helper's metrics are
+exported."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def _run(tmp_path: Path, name: str, *, helper: bool) -> tuple[Worker, MemoryBrok
 
 
 def test_the_helper_leaves_the_state_of_refits_on_the_loop(tmp_path: Path) -> None:
-    inline, _ = _run(tmp_path, "inline", helper=False)
+    inline, inline_broker = _run(tmp_path, "inline", helper=False)
     off, broker = _run(tmp_path, "helper", helper=True)
     assert off._refits is not None and off._refits.helper_refits >= 2
     assert off._refits.helper_failures == 0
@@ -36,14 +37,19 @@ def test_the_helper_leaves_the_state_of_refits_on_the_loop(tmp_path: Path) -> No
     assert stored is not None and stored.offsets == {(IN, 0): N}
     assert stored.engine().snapshot() == inline.engine.snapshot()
     assert off.engine.snapshot() == inline.engine.snapshot()
-    # every event assigned once, with the version of the model that routed it
-    values = [json.loads(r.value) for r in broker.records(off.topics.assignments)]
-    assert len(values) == N
-    assert max(v["model_version"] for v in values) <= off.engine.model_version_
+    # every event assigned once, with the label and model version refits on the loop give
+    got = [(r.key, r.value, r.headers) for r in broker.records(off.topics.assignments)]
+    want = [(r.key, r.value, r.headers)
+            for r in inline_broker.records(inline.topics.assignments)]
+    assert len(got) == N and got == want
+    assert len({json.loads(v)["model_version"] for _, v, _ in got}) > 2
+    for key in ("processed", "rejected", "assignments"):
+        assert off.counters[key] == inline.counters[key]
     text = off.metrics.registry.get_sample_value
     assert text("streammom_refit_held_events") == 0.0
     assert text("streammom_refit_process_failures_total") == 0.0
-    assert off.refits >= off._refits.helper_refits  # every collected refit logged and counted
+    assert text("streammom_assignments_published_total") == N
+    assert off.refits == inline.refits  # every collected refit logged and counted
 
 
 def test_every_checkpoint_covers_its_offsets(tmp_path: Path) -> None:
@@ -64,8 +70,11 @@ def test_every_checkpoint_covers_its_offsets(tmp_path: Path) -> None:
         worker.process_batch(records)
         seen_pending |= worker._refits.pending
         stored = CheckpointStore(worker.store.directory).load()
-        if stored is not None:  # the engine of a checkpoint learned exactly its offsets' events
-            assert stored.engine().n_events_seen_ == stored.offsets[(IN, 0)]
+        if stored is not None:  # a checkpoint's engine learned, and its assignments were
+            covered = stored.offsets[(IN, 0)]  # produced for, exactly its offsets' events
+            assert stored.engine().n_events_seen_ == covered
+            assert stored.counters["assignments"] == covered
+            assert len(broker.records(worker.topics.assignments)) >= covered
     assert seen_pending
     assert worker.shutdown() == 0
     stored = CheckpointStore(worker.store.directory).load()
