@@ -405,9 +405,20 @@ class WorkerSettings(_Section):
         default=True,
         description=(
             "run the engine's refits in a helper process (role all): the loop goes on "
-            "reading and validating events while a refit runs, and learns and assigns them "
-            "once it is back, so state and assignments are those of refits on the loop, byte "
-            "for byte (docs/design.md section 6); false: refit on the loop"
+            "while a refit runs and learns the events it read meanwhile once the refit is "
+            "back, so the state is the one of refits on the loop, byte for byte; their "
+            "assignments: refit_labels (docs/design.md section 6); false: refit on the loop"
+        ),
+    )
+    refit_labels: Literal["current", "after_refit"] = Field(
+        default="current",
+        description=(
+            "with refit_process, the assignments of the events read while a refit runs: "
+            "current = at once, by the model of before the refit (the loop never waits; "
+            "which events of the window get the old model depends on how long the refit "
+            "took); after_refit = once the refit is back, by the model that learns them (the "
+            "assignments of refits on the loop, byte for byte; the loop waits when "
+            "refit_max_held_events are held)"
         ),
     )
     refit_max_held_events: int = Field(

@@ -170,6 +170,7 @@ class Worker:
         process = self._refit_process
         self._refits = BackgroundRefits(self.engine, process, binary=self._binary,
                                         max_held_events=w.refit_max_held_events,
+                                        labels=w.refit_labels,
                                         on_learned=self._on_learned, on_refit=self._on_refit)
         if process is not None and not process.wait_ready(60.0):
             _log.warning("refit process not ready after 60 s: refits run on the loop until "

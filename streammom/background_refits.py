@@ -14,6 +14,11 @@ are therefore exactly those of the same batches learned with refits inline (``en
 refitting when due), byte for byte: what moves is only *when* a held batch's labels are
 given, after the refit, as they would be had the caller waited for it. Meanwhile the caller
 goes on (reads, decodes, validates the next batches), and the refit's work is on another core.
+With ``labels="current"`` a held batch is labelled at once by the model of before the refit
+(lower latency: a service keeps answering while it refits; the rows are looked up without
+changing the vocabulary, :meth:`~streammom.vocab.Vocabulary.transform` ``update=False``) and
+learned later all the same: the state is unchanged, the labels of the window depend on how
+long the refit took.
 
 The catching up is spread over the next calls: each learns held batches worth twice its own
 batch, and its own batch joins the queue until the queue is empty, so no call pays for the
@@ -45,7 +50,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -75,9 +80,15 @@ class BackgroundRefits:
         How events become rows (:meth:`~streammom.vocab.Vocabulary.transform`): 0/1 or counts.
     max_held_events : int >= 1, default 50_000
         Events held at most while a refit runs; the next batch waits for the refit.
+    labels : {"after_refit", "current"}, default "after_refit"
+        When a held batch gets its labels: ``"after_refit"`` when it is learned, from the
+        model it is learned with (the labels of inline refits, byte for byte); ``"current"``
+        at once, from the model of before the refit (lower latency; the labels of a window
+        then depend on how long the refit took).
     on_learned : callable or None
-        ``on_learned(token, X, routing)`` for every batch when it is learned: the ``token``
-        given to :meth:`learn`, its rows and its routing (the labels of inline refits).
+        ``on_learned(token, X, routing)`` once for every batch, with the ``token`` given to
+        :meth:`learn`, its rows and its routing: when it is learned, or when it is held with
+        ``labels="current"``.
     on_refit : callable or None
         Called with the engine after every refit, done here or collected from the helper
         (before the held batches are learned into it): logs, metrics, reports.
@@ -85,6 +96,7 @@ class BackgroundRefits:
 
     def __init__(self, engine: StreamingHierarchy, process: RefitProcess | None = None, *,
                  binary: bool = True, max_held_events: int = 50_000,
+                 labels: Literal["after_refit", "current"] = "after_refit",
                  on_learned: Callable[[Any, sp.csr_array, Routing], None] | None = None,
                  on_refit: Callable[[StreamingHierarchy], None] | None = None) -> None:
         if max_held_events < 1:
@@ -93,13 +105,16 @@ class BackgroundRefits:
         self.process = process
         self.binary = binary
         self.max_held_events = int(max_held_events)
+        if labels not in ("after_refit", "current"):
+            raise ValueError(f"labels must be 'after_refit' or 'current', got {labels!r}")
+        self.labels = labels
         self.on_learned = on_learned
         self.on_refit = on_refit
         self.held_events = 0  # events routed and waiting to be learned
         self.helper_refits = 0  # refits collected from the helper
         self.helper_failures = 0  # every failure of the helper, counted (metrics)
         self._consecutive_failures = 0
-        self._held: deque[tuple[Any, np.ndarray | None, Any]] = deque()
+        self._held: deque[tuple[Any, np.ndarray | None, Any, bool]] = deque()
         self._pending = False
         if process is not None:
             process.start()  # it loads its kernels while the caller starts up
@@ -130,7 +145,10 @@ class BackgroundRefits:
                 self.drain(self.held_events + n - self.max_held_events)
         ts = None if timestamps is None else np.asarray(timestamps, dtype=np.float64)
         if self.holding:
-            self._held.append((items, ts, token))
+            labelled = self.labels == "current"
+            if labelled:
+                self._label_now(items, token)
+            self._held.append((items, ts, token, labelled))
             self.held_events += n
         else:
             self._learn_now(items, ts, token)
@@ -163,11 +181,11 @@ class BackgroundRefits:
         learned = 0
         while self._held and not self._pending and (max_events is None
                                                      or learned < max_events):
-            items, ts, token = self._held.popleft()
+            items, ts, token, labelled = self._held.popleft()
             size = _size(items)
             self.held_events -= size
             learned += size
-            self._learn_now(items, ts, token)
+            self._learn_now(items, ts, token, labelled)
 
     def settle(self) -> None:
         """Wait until no refit is running and every held batch is learned (before a
@@ -183,11 +201,22 @@ class BackgroundRefits:
             self.process.close()
 
     # ------------------------------------------------------------------ internals
-    def _learn_now(self, items: Any, ts: np.ndarray | None, token: Any) -> None:
+    def _label_now(self, items: Any, token: Any) -> None:
+        """``labels="current"``: a held batch's labels from the current model, now. Its rows
+        are looked up without changing the vocabulary (tokens it does not know yet are left
+        out); the batch is learned later like any held batch."""
+        vocab = self.engine.vocabulary
+        X = items if vocab is None else vocab.transform(items, binary=self.binary,
+                                                        update=False)
+        if self.on_learned is not None:
+            self.on_learned(token, X, self.engine.assign(X))
+
+    def _learn_now(self, items: Any, ts: np.ndarray | None, token: Any,
+                   labelled: bool = False) -> None:
         vocab = self.engine.vocabulary
         X = items if vocab is None else vocab.transform(items, binary=self.binary)
         routing = self.engine.learn(X, timestamps=ts, refit=False)
-        if self.on_learned is not None:
+        if self.on_learned is not None and not labelled:
             self.on_learned(token, X, routing)
         if self.engine.refit_due():
             self._start_refit()

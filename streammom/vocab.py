@@ -194,25 +194,34 @@ class Vocabulary:
         return -1 if col is None else col
 
     # ------------------------------------------------------------------ transform
-    def transform(self, events: Sequence[Any], *, binary: bool = True) -> sp.csr_array:
+    def transform(self, events: Sequence[Any], *, binary: bool = True, update: bool = True
+                  ) -> sp.csr_array:
         """Events → CSR (n × n_features), growing the vocabulary when allowed.
 
         Each event is a list of tokens (codes or words; repeats count when ``binary=False``)
         or a ``{token: count}`` mapping with non-negative integer counts. ``binary=True`` keeps
         indicators (code sets); ``binary=False`` keeps counts (documents). Out-of-vocabulary
         token occurrences are dropped and added to :attr:`oov_count`.
+
+        ``update=False`` only looks the tokens up: no column is added, nothing is counted, the
+        vocabulary is left exactly as it was (tokens it does not know are dropped). The rows
+        of events routed while their learning waits (:mod:`streammom.background_refits`).
+
+        >>> v = Vocabulary(capacity=4)
+        >>> v.transform([["I10"]], update=False).nnz, len(v), v.oov_count
+        (0, 0, 0)
         """
         if isinstance(events, str | bytes | Mapping):
             raise TypeError("events must be a sequence of events (token lists or count dicts)")
         if not isinstance(events, Sequence):
             events = list(events)
         if all(type(e) is list for e in events):
-            fast = self._transform_lists(events, binary=binary)
+            fast = self._transform_lists(events, binary=binary, update=update)
             if fast is not None:
                 return fast
-        return self._transform_general(events, binary=binary)
+        return self._transform_general(events, binary=binary, update=update)
 
-    def _transform_lists(self, events: Sequence[list[Any]], *, binary: bool
+    def _transform_lists(self, events: Sequence[list[Any]], *, binary: bool, update: bool = True
                          ) -> sp.csr_array | None:
         """:meth:`transform` of token lists, vectorised: one dict lookup per token occurrence
         (a list comprehension), new tokens numbered in order of first appearance, rows built
@@ -232,7 +241,7 @@ class Vocabulary:
         except TypeError:
             return None
         unseen = np.flatnonzero(cols < 0).tolist()
-        grows = self.growing and not self.is_full
+        grows = update and self.growing and not self.is_full
         for i in unseen if grows else ():  # check, grow in stream order
             cols[i] = self._lookup(flat[i])
         n, d = len(events), self.n_features
@@ -247,10 +256,12 @@ class Vocabulary:
         np.cumsum(np.bincount(keys // d, minlength=n), out=indptr[1:])
         data = np.ones(keys.size) if binary else mult.astype(np.float64)
         indices = (keys % d).astype(np.int32)
-        self._tally(indices, data, dropped)
+        if update:
+            self._tally(indices, data, dropped)
         return sp.csr_array((data, indices, indptr), shape=(n, d))
 
-    def _transform_general(self, events: Sequence[Any], *, binary: bool) -> sp.csr_array:
+    def _transform_general(self, events: Sequence[Any], *, binary: bool, update: bool = True
+                           ) -> sp.csr_array:
         """:meth:`transform` of any events (count dicts, tuples, …), one token at a time."""
         indptr = [0]
         cols: list[int] = []
@@ -277,7 +288,7 @@ class Vocabulary:
                     continue
                 if rollup is not None:
                     tok = rollup(_check_token(tok))
-                col = self._lookup(tok)
+                col = self._lookup(tok) if update else self._index.get(_check_token(tok), -1)
                 if col < 0:
                     dropped[tok] += int(cnt)
                     continue
@@ -288,7 +299,8 @@ class Vocabulary:
             indptr.append(len(cols))
         n = len(indptr) - 1
         data, indices = np.asarray(vals, dtype=np.float64), np.asarray(cols, dtype=np.int32)
-        self._tally(indices, data, dropped)
+        if update:
+            self._tally(indices, data, dropped)
         return sp.csr_array((data, indices, np.asarray(indptr, dtype=np.int64)),
                             shape=(n, self.n_features))
 

@@ -90,6 +90,32 @@ def test_refits_in_the_helper_leave_the_state_and_labels_of_inline_refits(
     assert labels.by_batch() == inline_run[1]
 
 
+def test_current_labels_come_at_once_and_leave_the_state_alone(
+        events: list[list[str]], inline_run: tuple[bytes, list], helper: RefitProcess) -> None:
+    """``labels="current"``: every batch is labelled during its own call (held ones by the
+    model of before the refit, their unknown codes left out, the vocabulary untouched);
+    the state is the one of inline refits all the same."""
+    labels = Labels()
+    off = BackgroundRefits(_engine(), helper, labels="current", on_learned=labels)
+    held_calls = 0
+    for i, a in enumerate(range(0, N_EVENTS, BATCH)):
+        vocab = off.engine.vocabulary
+        before = (len(vocab), vocab.oov_count, off.engine.model_version_)
+        was_holding = off.holding
+        off.learn(events[a:a + BATCH], token=i)
+        assert len(labels.got) == i + 1  # labelled in its own call
+        if was_holding and off.held_events and off.engine.vocabulary is vocab:
+            held_calls += 1  # nothing collected in this call: the model and vocabulary
+            assert (len(vocab), vocab.oov_count) == before[:2]  # are those of before
+            assert labels.got[-1][1] == before[2]
+    off.settle()
+    assert held_calls > 0
+    assert off.engine.snapshot() == inline_run[0]
+    got, want = labels.by_batch(), inline_run[1]
+    assert all(g[0] <= w[0] for g, w in zip(got, want, strict=True))
+    assert got != want  # some batches were labelled by an older model
+
+
 def test_held_batches_leave_the_engine_and_the_vocabulary_alone(
         events: list[list[str]], helper: RefitProcess) -> None:
     labels = Labels()

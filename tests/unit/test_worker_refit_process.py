@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from memory_harness import IN, fill_cohort, memory_worker, small_settings
 
 from service.checkpoint import CheckpointStore
@@ -17,8 +18,10 @@ from service.worker import Worker
 N = 6_000
 
 
-def _run(tmp_path: Path, name: str, *, helper: bool) -> tuple[Worker, MemoryBroker]:
-    settings = small_settings(tmp_path, name, worker={"refit_process": helper},
+def _run(tmp_path: Path, name: str, *, helper: bool, labels: str = "current"
+         ) -> tuple[Worker, MemoryBroker]:
+    settings = small_settings(tmp_path, name, worker={"refit_process": helper,
+                                                      "refit_labels": labels},
                               checkpoint={"on_refit": True})
     broker = MemoryBroker()
     fill_cohort(broker, N)
@@ -27,9 +30,11 @@ def _run(tmp_path: Path, name: str, *, helper: bool) -> tuple[Worker, MemoryBrok
     return worker, broker
 
 
-def test_the_helper_leaves_the_state_of_refits_on_the_loop(tmp_path: Path) -> None:
+def test_the_helper_leaves_the_state_and_outputs_of_refits_on_the_loop(tmp_path: Path
+                                                                       ) -> None:
+    """``refit_labels="after_refit"``: state and assignments byte for byte."""
     inline, inline_broker = _run(tmp_path, "inline", helper=False)
-    off, broker = _run(tmp_path, "helper", helper=True)
+    off, broker = _run(tmp_path, "helper", helper=True, labels="after_refit")
     assert off._refits is not None and off._refits.helper_refits >= 2
     assert off._refits.helper_failures == 0
     # the final checkpoint holds the same bytes of state as the loop's own refits give
@@ -52,10 +57,29 @@ def test_the_helper_leaves_the_state_of_refits_on_the_loop(tmp_path: Path) -> No
     assert off.refits == inline.refits  # every collected refit logged and counted
 
 
-def test_every_checkpoint_covers_its_offsets(tmp_path: Path) -> None:
+def test_by_default_events_read_during_a_refit_are_assigned_at_once(tmp_path: Path) -> None:
+    """``refit_labels="current"`` (the default): the state is still byte for byte that of
+    refits on the loop; every event is assigned exactly once, by a model no newer than the
+    one the loop's refits would have used for it."""
+    inline, inline_broker = _run(tmp_path, "inline", helper=False)
+    off, broker = _run(tmp_path, "helper", helper=True)
+    assert off._refits is not None and off._refits.helper_refits >= 2
+    assert off.engine.snapshot() == inline.engine.snapshot()
+    got = [json.loads(r.value) for r in broker.records(off.topics.assignments)]
+    want = [json.loads(r.value) for r in inline_broker.records(inline.topics.assignments)]
+    assert [v["event_id"] for v in got] == [v["event_id"] for v in want]  # once each, in order
+    assert all(g["model_version"] <= w["model_version"] for g, w in zip(got, want, strict=True))
+    assert any(g["model_version"] < w["model_version"] for g, w in zip(got, want, strict=True))
+    for key in ("processed", "rejected", "assignments"):
+        assert off.counters[key] == inline.counters[key]
+
+
+@pytest.mark.parametrize("labels", ["current", "after_refit"])
+def test_every_checkpoint_covers_its_offsets(tmp_path: Path, labels: str) -> None:
     """A checkpoint asked for while a refit runs waits for it: the events it held are in the
     state before the offsets past them are stored."""
-    settings = small_settings(tmp_path, "ckpt", worker={"refit_process": True},
+    settings = small_settings(tmp_path, "ckpt", worker={"refit_process": True,
+                                                        "refit_labels": labels},
                               checkpoint={"every_events": 250})
     broker = MemoryBroker()
     fill_cohort(broker, N)
