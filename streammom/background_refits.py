@@ -110,14 +110,14 @@ class BackgroundRefits:
         self.labels = labels
         self.on_learned = on_learned
         self.on_refit = on_refit
-        self.held_events = 0  # events routed and waiting to be learned
+        self.held_events = 0  # events held, waiting to be learned
         self.helper_refits = 0  # refits collected from the helper
         self.helper_failures = 0  # every failure of the helper, counted (metrics)
         self._consecutive_failures = 0
         self._held: deque[tuple[Any, np.ndarray | None, Any, bool]] = deque()
         self._pending = False
         if process is not None:
-            process.start()  # it loads its kernels while the caller starts up
+            process.start()  # it imports the library while the caller starts up
 
     @property
     def pending(self) -> bool:

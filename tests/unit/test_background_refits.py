@@ -201,6 +201,20 @@ def test_a_refit_the_helper_cannot_do_is_an_error_not_a_result() -> None:
         proc.close()
 
 
+def test_a_refit_past_its_timeout_is_abandoned(events: list[list[str]]) -> None:
+    proc = RefitProcess(timeout_s=0.001)  # no helper reads, refits and sends a state that fast
+    try:
+        assert proc.wait_ready(120.0)
+        eng = _engine()
+        eng.learn(events[:2_000], refit=False)
+        proc.submit(eng)
+        with pytest.raises(RefitProcessError, match="took more than"):
+            proc.collect(None)
+        assert not proc.busy and proc._proc is None  # stopped; started again when asked
+    finally:
+        proc.close()
+
+
 # ---------------------------------------------------------------------- the pipe format
 def test_state_pipe_round_trips_every_plain_dtype() -> None:
     arrays = {"f": np.linspace(0, 1, 7), "f32": np.ones((2, 3), np.float32),
