@@ -754,12 +754,15 @@ class Worker:
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> int:
-        """Flush, checkpoint, commit and close; 0 on success, 1 if outputs could not be flushed
+        """Settle a refit in the helper, publish the model, flush, checkpoint, commit and close;
+        0 on success, 1 if outputs could not be flushed
         or the final checkpoint could not be written (then nothing is committed: the events
         since the last good checkpoint are replayed on the next start)."""
         _log.info("shutting down", extra={"processed": self.counters["processed"]})
         if self._stop_requested_at is None:
             self._stop_requested_at = time.monotonic()
+        if not self._settle_refits():  # the last refit and its held events, before the model
+            return self._abort()
         if self._engine is not None:
             self._maybe_publish_model(
                 force=self.publisher.published_version != int(self._engine.model_version_))

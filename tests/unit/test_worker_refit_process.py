@@ -55,6 +55,9 @@ def test_the_helper_leaves_the_state_and_outputs_of_refits_on_the_loop(tmp_path:
     assert text("streammom_refit_process_failures_total") == 0.0
     assert text("streammom_assignments_published_total") == N
     assert off.refits == inline.refits  # every collected refit logged and counted
+    # the model published last is the final one (the shutdown settles the refits first)
+    last = broker.records(off.topics.models)[-1]
+    assert dict(last.headers)["model_version"] == str(off.engine.model_version_).encode()
 
 
 def test_by_default_events_read_during_a_refit_are_assigned_at_once(tmp_path: Path) -> None:
