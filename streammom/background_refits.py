@@ -1,4 +1,4 @@
-"""Refits off the caller's loop, with the outputs of refits in it (design §5, §6 "refits off the
+"""Refits off the caller's loop, with the outputs of refits in it (design §6 "Refits off the
 loop").
 
 :class:`BackgroundRefits` learns batches with a :class:`~streammom.StreamingHierarchy` and,

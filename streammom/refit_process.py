@@ -1,4 +1,4 @@
-"""A helper process that runs :meth:`StreamingHierarchy.refit` on a copy of the state (design §5).
+"""A helper process that runs :meth:`StreamingHierarchy.refit` on a copy of the state (design §6).
 
 A refit is 0.2–1 s of eigen-solves and EM passes: in a thread it would crawl behind the GIL
 with the loop (small numpy steps hold it between calls), so it runs in a process of its own,

@@ -1,4 +1,4 @@
-"""An engine archive over a pipe: a JSON header, then the arrays' raw bytes (design §5).
+"""An engine archive over a pipe: a JSON header, then the arrays' raw bytes (design §6).
 
 The snapshot format (:mod:`streammom.serialization`) is a zip with checksums, deflated: right
 for files that outlive the process, too slow to hand 20 MB of state to a helper process and
