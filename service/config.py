@@ -410,15 +410,16 @@ class WorkerSettings(_Section):
             "assignments: refit_labels (docs/design.md section 6); false: refit on the loop"
         ),
     )
-    refit_labels: Literal["current", "after_refit"] = Field(
-        default="current",
+    refit_labels: Literal["auto", "current", "after_refit"] = Field(
+        default="auto",
         description=(
             "with refit_process, the assignments of the events read while a refit runs: "
             "current = at once, by the model of before the refit (the loop never waits; "
             "which events of the window get the old model depends on how long the refit "
             "took); after_refit = once the refit is back, by the model that learns them (the "
             "assignments of refits on the loop, byte for byte; the loop waits when "
-            "refit_max_held_events are held)"
+            "refit_max_held_events are held); auto = current on Kafka, after_refit when "
+            "replaying input that ends (embedded mode, the demo): reproducible outputs"
         ),
     )
     refit_max_held_events: int = Field(

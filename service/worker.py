@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from threadpoolctl import threadpool_limits
 
@@ -70,6 +70,23 @@ class BatchResult:
     model_version: int = 0
     refitted: bool = False
     checkpointed: bool = False
+
+
+def refit_labels(setting: str, *, replay: bool) -> Literal["current", "after_refit"]:
+    """``worker.refit_labels`` resolved: ``auto`` is ``after_refit`` for a replay of input that
+    ends (embedded mode, the demo: the same input gives the same outputs) and ``current`` for
+    a live stream (the loop never waits for a refit).
+
+    >>> refit_labels("auto", replay=True), refit_labels("auto", replay=False)
+    ('after_refit', 'current')
+    >>> refit_labels("current", replay=True)
+    'current'
+    """
+    if setting == "auto":
+        return "after_refit" if replay else "current"
+    if setting not in ("current", "after_refit"):
+        raise ValueError(f"unknown refit_labels {setting!r}")
+    return setting  # type: ignore[return-value]
 
 
 def settle_heap() -> None:
@@ -170,7 +187,8 @@ class Worker:
         process = self._refit_process
         self._refits = BackgroundRefits(self.engine, process, binary=self._binary,
                                         max_held_events=w.refit_max_held_events,
-                                        labels=w.refit_labels,
+                                        labels=refit_labels(w.refit_labels,
+                                                            replay=self.exit_when_idle),
                                         on_learned=self._on_learned, on_refit=self._on_refit)
         if process is not None and not process.wait_ready(60.0):
             _log.warning("refit process not ready after 60 s: refits run on the loop until "

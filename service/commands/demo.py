@@ -61,11 +61,8 @@ def demo_settings(checkpoint_dir: str, patients: int = 30_000, **model: Any) -> 
     return load_settings(overrides={
         "model": cfg,
         "checkpoint": {"dir": checkpoint_dir, "every_events": 10_000, "every_seconds": 3600},
-        # the cohort is replayed from memory in seconds, during the tree's growth refits:
-        # its streamed labels (whose ARI the demo reports) are those of refits on the loop,
-        # not the timing-dependent ones of a live service's default
         "worker": {"batch_max_records": 2000, "poll_timeout_s": 0.05,
-                   "model_publish_interval_s": 3600, "refit_labels": "after_refit"},
+                   "model_publish_interval_s": 3600},
         "http": {"enabled": False},
     })
 

@@ -127,3 +127,24 @@ def test_run_writes_the_report_of_the_current_model_on_refit(tmp_path: Path) -> 
     # the report shows the model the daemon ended with: one SVG node per tree node
     assert f"model v{tree['model_version']}" in html
     assert html.count('class="node') >= len(tree["nodes"]) > 1
+
+
+def test_run_embedded_gives_the_outputs_of_refits_on_the_loop(tmp_path: Path) -> None:
+    """A replay (``--input``) with the refits in the helper process (the default;
+    ``refit_labels=auto`` is ``after_refit`` there) writes the same assignments and the same
+    state as with refits on the loop, byte for byte."""
+    events = tmp_path / "events.jsonl"
+    produce_sample(events=6000, output=str(events), seed=5)
+    outputs = {}
+    for helper in ("true", "false"):
+        out, ckpt = tmp_path / f"out-{helper}.jsonl", tmp_path / f"ckpt-{helper}"
+        _ok(["run", "--input", str(events), "--output", str(out), "--checkpoint-dir",
+             str(ckpt), "--set", "model.vocabulary_capacity=128",
+             "--set", "worker.batch_max_records=250",
+             "--set", f"worker.refit_process={helper}"])
+        rows = out.read_text().splitlines()
+        state = json.loads(_ok(["inspect", str(ckpt / "checkpoint.smm"), "--json"]))
+        outputs[helper] = (rows, state)
+    rows, state = outputs["true"]
+    assert len(rows) == 6000 and len({json.loads(r)["model_version"] for r in rows}) > 2
+    assert outputs["true"] == outputs["false"]
