@@ -131,11 +131,11 @@ def _children_cpu() -> float:
 
 def _helper_peak_rss_mb(worker: Any) -> float:
     """Peak RSS (VmHWM) of the worker's refit process, 0 when it has none."""
-    proc = getattr(getattr(worker._refits, "process", None), "_proc", None)
-    if proc is None:
+    pid = worker._refit_process.pid if worker._refit_process is not None else None
+    if pid is None:
         return 0.0
     try:
-        status = Path(f"/proc/{proc.pid}/status").read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return 0.0
     kb = next((int(line.split()[1]) for line in status.splitlines()

@@ -5,7 +5,9 @@
     raw bytes ──EventDecoder──▶ events ──vocabulary──▶ CSR rows ──engine.learn / model.route──▶
     Routing ──assignment_values──▶ assignment bytes        engine.model_ ──▶ model message
 
-The worker (:mod:`service.worker`), ``streammom fit`` / ``assign``
+The worker (:mod:`service.worker`: ``event_features`` and ``event_timestamps`` into
+:class:`~streammom.background_refits.BackgroundRefits`, whose rows are those of
+``events_matrix``), ``streammom fit`` / ``assign``
 (:mod:`service.commands.offline`) and the report's event sample
 (:mod:`service.commands.report`) all go through these functions, so an event means the same
 thing — same features, same 0/1 or count encoding, same routing, same JSON — wherever it is
@@ -22,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from service.events import Event
-from streammom import CodeRollup, StreamingHierarchy, Vocabulary
+from streammom import CodeRollup, Vocabulary
 from streammom.model import HierarchyModel, Routing
 
 __all__ = [
@@ -34,7 +36,6 @@ __all__ = [
     "event_features",
     "event_timestamps",
     "events_matrix",
-    "learn_events",
     "model_assigner",
     "model_message_headers",
 ]
@@ -66,14 +67,6 @@ def event_timestamps(events: Sequence[Event]) -> np.ndarray:
     """Event times (epoch seconds, float64) — the engine's clock when ``half_life_unit`` is
     ``seconds``."""
     return np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
-
-
-def learn_events(
-    engine: StreamingHierarchy, events: Sequence[Event], *, binary: bool
-) -> tuple[sp.csr_array, Routing]:
-    """Learn a batch of validated events with ONE vectorised engine call; (rows, routing)."""
-    X = events_matrix(engine.vocabulary, events, binary=binary)
-    return X, engine.learn(X, timestamps=event_timestamps(events))
 
 
 def model_assigner(model: HierarchyModel, rollup: CodeRollup | None = None

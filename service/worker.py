@@ -84,9 +84,7 @@ def refit_labels(setting: str, *, replay: bool) -> Literal["current", "after_ref
     """
     if setting == "auto":
         return "after_refit" if replay else "current"
-    if setting not in ("current", "after_refit"):
-        raise ValueError(f"unknown refit_labels {setting!r}")
-    return setting  # type: ignore[return-value]
+    return setting  # type: ignore[return-value]  # validated by the settings (and the refits)
 
 
 def settle_heap() -> None:
@@ -516,25 +514,20 @@ class Worker:
             self.metrics.refit_process_failures.inc(failures)
             self._refit_failures_seen = refits.helper_failures
 
-    def _collect_refit(self) -> bool:
-        """Swap in a refit the helper has finished (no wait), learn the held events and flush
-        their assignments; False if that flush failed past the shutdown deadline."""
+    def _catch_up(self, *, wait: bool) -> bool:
+        """Learn the held events and flush their assignments: after swapping in a refit the
+        helper has finished (no wait: the idle loop), or after waiting for the one running
+        (``wait``: before a checkpoint or the final model, so the state and the outputs cover
+        every event whose offset the worker has advanced past). False if the flush failed
+        past the shutdown deadline."""
         refits = self._refits
         if refits is None or not refits.holding:
             return True
-        refits.poll()
-        refits.drain()  # no batch is arriving: catch up at once
-        self._observe_refits()
-        return self._flush()
-
-    def _settle_refits(self) -> bool:
-        """Wait for a refit running in the helper, learn every held event and flush their
-        assignments, so the state and the outputs cover every event whose offset the worker
-        has advanced past (before a checkpoint); False if the flush failed."""
-        refits = self._refits
-        if refits is None or not refits.holding:
-            return True
-        refits.settle()
+        if wait:
+            refits.settle()
+        else:
+            refits.poll()
+            refits.drain()  # no batch is arriving: catch up at once
         self._observe_refits()
         return self._flush()
 
@@ -734,7 +727,7 @@ class Worker:
         goes on uncommitted, not ready, and retries with backoff). A background write still
         in flight is finished first, and a refit running in the helper is waited for (its
         held events learned and their assignments flushed)."""
-        if not self._settle_refits():
+        if not self._catch_up(wait=True):
             return False
         with self._lock:
             offsets = dict(self.offsets)
@@ -753,7 +746,7 @@ class Worker:
     def _idle(self) -> bool:
         """Periodic work when a poll returned nothing: a refit the helper finished, model
         publish, time-based checkpoint."""
-        if not self._collect_refit():
+        if not self._catch_up(wait=False):
             return False
         if self.publisher.due(int(self.engine.model_version_)):
             self._maybe_publish_model()
@@ -779,7 +772,7 @@ class Worker:
         _log.info("shutting down", extra={"processed": self.counters["processed"]})
         if self._stop_requested_at is None:
             self._stop_requested_at = time.monotonic()
-        if not self._settle_refits():  # the last refit and its held events, before the model
+        if not self._catch_up(wait=True):  # the last refit and its held events, before the model
             return self._abort()
         if self._engine is not None:
             self._maybe_publish_model(

@@ -29,12 +29,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from threadpoolctl import threadpool_limits
+
+from streammom.engine import StreamingHierarchy
+from streammom.serialization import SnapshotFormatError
 from streammom.state_pipe import StatePipeError, read_state, write_state
-
-if TYPE_CHECKING:
-    from streammom.engine import StreamingHierarchy
 
 __all__ = ["RefitProcess", "RefitProcessError", "RefitResult", "main"]
 
@@ -139,6 +139,11 @@ class RefitProcess:
         return True
 
     @property
+    def pid(self) -> int | None:
+        """The helper's process id while it runs (for monitoring), else None."""
+        return None if self._proc is None else self._proc.pid
+
+    @property
     def busy(self) -> bool:
         """A refit was submitted and not collected yet."""
         return self._submitted_at is not None
@@ -163,9 +168,6 @@ class RefitProcess:
         """The refitted engine once the helper has sent it, waiting up to ``timeout`` seconds
         for it (None: until it comes or ``timeout_s`` has passed since :meth:`submit`); None
         if it is not there yet. Raises :class:`RefitProcessError` on any failure."""
-        from streammom.engine import StreamingHierarchy
-        from streammom.serialization import SnapshotFormatError
-
         if self._submitted_at is None or self._proc is None:
             raise RefitProcessError("no refit was submitted")
         left = self.timeout_s - (time.monotonic() - self._submitted_at)
@@ -219,10 +221,6 @@ def _release_memory() -> None:
 def main(argv: list[str] | None = None) -> int:
     """The helper's loop: say ready, then read a state, refit it, send it back, until stdin
     closes. Errors of a refit are sent back (the caller refits itself); the helper goes on."""
-    from threadpoolctl import threadpool_limits
-
-    from streammom.engine import StreamingHierarchy
-
     args = sys.argv[1:] if argv is None else argv
     threads = int(args[0]) if args else 1
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

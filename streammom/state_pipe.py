@@ -114,23 +114,20 @@ def _write_all(out: BinaryIO, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
-def _read_into(src: BinaryIO, view: memoryview) -> None:
-    while view.nbytes:
-        n = src.readinto(view)  # type: ignore[attr-defined]
-        if not n:
-            raise StatePipeError("the pipe closed in the middle of a state message")
-        view = view[n:]
-
-
-def _read_exact(src: BinaryIO, size: int, *, at_start: bool = False) -> bytes:
-    buf = bytearray(size)
-    view = memoryview(buf)
+def _read_into(src: BinaryIO, view: memoryview, *, at_start: bool = False) -> None:
+    """Fill ``view`` from ``src``: :class:`EOFError` if ``src`` ends before the first byte of
+    a message (``at_start``), :class:`StatePipeError` if it ends inside one."""
     got = 0
-    while got < size:
+    while got < view.nbytes:
         n = src.readinto(view[got:])  # type: ignore[attr-defined]
         if not n:
             if at_start and got == 0:
                 raise EOFError("the pipe is closed")
             raise StatePipeError("the pipe closed in the middle of a state message")
         got += n
+
+
+def _read_exact(src: BinaryIO, size: int, *, at_start: bool = False) -> bytes:
+    buf = bytearray(size)
+    _read_into(src, memoryview(buf), at_start=at_start)
     return bytes(buf)

@@ -184,10 +184,12 @@ class Vocabulary:
         """Column of a known token (KeyError otherwise)."""
         return self._index[token]
 
-    def _lookup(self, token: Any) -> int:
+    def _lookup(self, token: Any, *, grow: bool = True) -> int:
+        """Column of ``token``, -1 when unknown; an unknown token takes the next free column
+        of a growing vocabulary when ``grow``."""
         tok = _check_token(token)
         col = self._index.get(tok)
-        if col is None and self.growing and len(self._tokens) < self.capacity:
+        if col is None and grow and self.growing and len(self._tokens) < self.capacity:
             col = len(self._tokens)
             self._index[tok] = col
             self._tokens.append(tok)
@@ -288,7 +290,7 @@ class Vocabulary:
                     continue
                 if rollup is not None:
                     tok = rollup(_check_token(tok))
-                col = self._lookup(tok) if update else self._index.get(_check_token(tok), -1)
+                col = self._lookup(tok, grow=update)
                 if col < 0:
                     dropped[tok] += int(cnt)
                     continue

@@ -15,8 +15,8 @@ from service.events import EventDecoder, Rejection
 from service.pipeline import (
     assignment_values,
     encode_model_message,
+    event_timestamps,
     events_matrix,
-    learn_events,
     model_assigner,
 )
 from service.synthetic import generate_cohort
@@ -30,8 +30,9 @@ def _learned(n: int = 3000, seed: int = 9):
     engine = build_engine(ModelSettings(**_SMALL))
     events = EventDecoder().decode_many(list(generate_cohort(n, seed=seed).event_bytes()))
     assert not any(isinstance(e, Rejection) for e in events)
-    learn_events(engine, events, binary=True)
-    _, routing = learn_events(engine, events, binary=True)
+    for _ in range(2):  # a batch of validated events in ONE engine call, as the worker does
+        X = events_matrix(engine.vocabulary, events, binary=True)
+        routing = engine.learn(X, timestamps=event_timestamps(events))
     assert routing.leaf_ids.max() > 0  # a real tree
     return engine, events, routing
 
@@ -85,7 +86,8 @@ def test_model_assigner_widens_rows_to_the_model() -> None:
 
 
 def test_fit_file_learns_what_the_daemon_learns(tmp_path: Path) -> None:
-    """Same events, same settings, same batches → the same snapshot bytes as learn_events."""
+    """Same events, same settings, same batches → the same snapshot bytes as the daemon's
+    rows (``events_matrix``) learned batch by batch."""
     cohort = generate_cohort(2000, seed=3)
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"\n".join(cohort.event_bytes()) + b"\n")
