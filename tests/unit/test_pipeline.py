@@ -13,6 +13,7 @@ from service.commands.offline import assign_file, event_sample_items, fit_file, 
 from service.config import ModelSettings, build_engine
 from service.events import EventDecoder, Rejection
 from service.pipeline import (
+    MARGIN_FORMAT,
     assignment_values,
     encode_model_message,
     event_timestamps,
@@ -42,7 +43,11 @@ def test_assignment_values_match_routing_records() -> None:
     got = [json.loads(v) for v in assignment_values(events, routing)]
     want = [{"event_id": e.id, "entity_id": e.entity_id, **r}
             for e, r in zip(events, routing.records(), strict=True)]
-    assert got == want
+    assert [{**g, "margins": None} for g in got] == [{**w, "margins": None} for w in want]
+    for g, w in zip(got, want, strict=True):  # margins to 6 significant digits
+        assert len(g["margins"]) == len(w["margins"])
+        np.testing.assert_allclose(g["margins"], w["margins"], rtol=5e-6, atol=0)
+        assert g["margins"] == [float(MARGIN_FORMAT % m) for m in w["margins"]]
 
 
 def test_code_rows_are_numbered_from_first_row() -> None:
