@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -226,7 +227,7 @@ class Vocabulary:
     def _transform_lists(self, events: Sequence[list[Any]], *, binary: bool, update: bool = True
                          ) -> sp.csr_array | None:
         """:meth:`transform` of token lists, vectorised: one dict lookup per token occurrence
-        (a list comprehension), new tokens numbered in order of first appearance, rows built
+        (``map`` of ``dict.get``), new tokens numbered in order of first appearance, rows built
         by one sort of ``row · d + column`` keys (duplicates counted). None when a token is
         not hashable (the general path then raises the error it names)."""
         flat: list[Any] = []
@@ -239,7 +240,7 @@ class Vocabulary:
                 return None
         get = self._index.get
         try:
-            cols = np.fromiter([get(t, -1) for t in flat], dtype=np.int64, count=len(flat))
+            cols = np.fromiter(map(get, flat, repeat(-1)), dtype=np.int64, count=len(flat))
         except TypeError:
             return None
         unseen = np.flatnonzero(cols < 0).tolist()
