@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from kafka.partitioner import DefaultPartitioner
+from kafka.partitioner.default import murmur2 as reference_murmur2
 
-from service.key_partitioner import CachedKeyPartitioner
+from service.key_partitioner import CachedKeyPartitioner, murmur2
 
 
 def _cluster(partitions: set[int]) -> SimpleNamespace:
@@ -36,3 +37,14 @@ def test_unkeyed_records_and_unknown_topics() -> None:
     assert p.partition("t", None, None, b"v", b"v", _cluster({0, 1})) in {0, 1}
     with pytest.raises(ValueError, match="not found"):
         p.partition("t", b"k", b"k", None, None, _cluster(set()))
+
+
+def test_compiled_murmur2_is_kafkas() -> None:
+    """Every key length modulo 4 (the tail bytes), bytes ≥ 0x80 (no sign extension), empty,
+    long, and a bytearray."""
+    rng = np.random.default_rng(1)
+    keys = [bytes(rng.integers(0, 256, n).astype(np.uint8)) for n in range(0, 70)
+            for _ in range(20)] + [b"\xff" * 9, b"\x80\x00\x7f", bytes(range(256)) * 4]
+    for key in keys:
+        assert murmur2(key) == reference_murmur2(key), key
+    assert murmur2(bytearray(b"p42")) == reference_murmur2(b"p42")
