@@ -117,21 +117,23 @@ def assignment_values(items: FeatureRows, routing: Routing, *, first_row: int = 
     ``{"event_id", "entity_id", "leaf_id", "path", "margins", "model_version"}`` (a code row
     has ``"row"`` — its 0-based position in the input — in place of the two ids). Everything
     but the ids and the margins is fixed by the leaf, so each leaf gets one printf template
-    and an event costs one ``%`` operation: O(n · depth) with no per-field Python calls.
+    and an event costs one ``%`` operation: O(n log n + n · depth) with no per-field Python calls.
     """
     leaves = routing.leaf_ids
     version = int(routing.model_version)
-    uniq, first, inverse = np.unique(leaves, return_index=True, return_inverse=True)
+    uniq, inverse, counts = np.unique(leaves, return_inverse=True, return_counts=True)
+    by_leaf = np.argsort(inverse, kind="stable")  # the rows of each leaf, one block a leaf
+    ends = np.cumsum(counts)
     ids = list(_id_fields(items, first_row))
     out: list[bytes] = [b""] * len(ids)
     margins = routing.margins
-    for group, (leaf, row) in enumerate(zip(uniq.tolist(), first.tolist(), strict=True)):
-        path = routing.paths[row]
+    for leaf, end, count in zip(uniq.tolist(), ends.tolist(), counts.tolist(), strict=True):
+        rows = by_leaf[end - count:end]
+        path = routing.paths[rows[0]]
         depth = int((path >= 0).sum())
         template = (f'"leaf_id":{leaf},"path":[{",".join(map(str, path[:depth].tolist()))}],'
                     f'"margins":[{",".join([MARGIN_FORMAT] * (depth - 1))}],'
                     f'"model_version":{version}}}')
-        rows = np.flatnonzero(inverse == group)
         for i, margin in zip(rows.tolist(), margins[rows, :depth - 1].tolist(), strict=True):
             out[i] = f"{{{ids[i]},{template % tuple(margin)}".encode()
     return out
