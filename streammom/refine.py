@@ -22,6 +22,11 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   follows the better mixture. Its cost, one ASVTD and one more EM, is O(nnz · k) per pass, so
   it runs while rows × leaves ≤ ``RESTART_WORK`` (≲ 0.1 s at d = 1,024): on every refit of a
   short stream or a small tree, on the young tree of a long one;
+* k-means restart: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS`
+  (a short stream, whose reservoirs hold nearly all of it), one more start: k-means on the
+  rows' spectral embedding, then the same EM (:mod:`streammom.kmeans_restart`); of the three
+  fits the one with the largest weighted log-likelihood is kept, a restart's components put
+  on the leaves as above;
 * subtree c of node v: π_c = Σ_{l∈c} π_l and μ_c = Σ_{l∈c} a_l μ_l / Σ_{l∈c} a_l with
   a_l = π_l (Bernoulli) or π_l · T1_l / W_l (multinomial: token mass), then
   :func:`streammom.model.map_router` of (μ_c₀, μ_c₁), (π_c₀, π_c₁) (thesis Alg. 4, MAP);
@@ -48,6 +53,7 @@ from scipy.optimize import linear_sum_assignment
 
 from streammom.decompose import asvtd
 from streammom.estimators import Family
+from streammom.kmeans_restart import kmeans_restart
 from streammom.mixture import MixtureEMResult, fit_mixture_em, log_likelihood_matrix, map_assign
 from streammom.model import LeafScore, Router, leaf_scores, map_router
 from streammom.spectral import valid_parameters
@@ -71,7 +77,7 @@ class RefinedRouters:
     n_iter: int
     converged: bool
     n_rows: int
-    restarted: bool  # the spectral restart's fit was kept (module docstring)
+    restarted: bool  # a restart's fit was kept, spectral or k-means (module docstring)
     log_likelihood: float  # Σ_i w_i log p(x_i) of the kept fit on the reservoir rows
     scores: dict[int, LeafScore]  # every leaf's component of the kept fit
 
@@ -143,10 +149,13 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
         random_state=random_state)
     restarted = False
     if alt is not None and alt.log_likelihood > fit.log_likelihood:
-        order = match_components(label, map_assign(rows, alt.means, alt.weights, family),
-                                 row_weight, len(leaves))
-        fit = replace(alt, means=alt.means[order], weights=alt.weights[order])
+        fit = _on_leaves(alt, rows, row_weight, label, family)
         restarted = True
+    scored = fit  # the leaves' scores (labels): also the k-means restart's fit if better
+    km = kmeans_restart(rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
+                        random_state=random_state)  # None past KMEANS_ROWS rows
+    if km is not None and km.log_likelihood > fit.log_likelihood:
+        scored = _on_leaves(km, rows, row_weight, label, family)
     mass = fit.weights.copy()
     if family == "multinomial":  # token mass of each leaf: share × mean length
         mass *= np.array([v.acc.t1 / v.acc.weight for v in leaves])
@@ -163,10 +172,18 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
             shares.append(fit.weights[idx].sum())
         routers[nid] = map_router(np.vstack(centres), np.array(shares), family,
                                   floor=_CENTRE_FLOOR)
-    scores = dict(zip(leaf_ids, leaf_scores(fit.means, fit.weights, family,
+    scores = dict(zip(leaf_ids, leaf_scores(scored.means, scored.weights, family,
                                             floor=_CENTRE_FLOOR), strict=True))
-    return RefinedRouters(routers, fit.n_iter, fit.converged, rows.shape[0], restarted,
-                          fit.log_likelihood, scores)
+    return RefinedRouters(routers, scored.n_iter, scored.converged, rows.shape[0],
+                          restarted or scored is not fit, scored.log_likelihood, scores)
+
+
+def _on_leaves(alt: MixtureEMResult, rows: sp.csr_array, row_weight: np.ndarray,
+               label: np.ndarray, family: Family) -> MixtureEMResult:
+    """A restart's fit with its components put on the leaves (:func:`match_components`)."""
+    order = match_components(label, map_assign(rows, alt.means, alt.weights, family),
+                             row_weight, alt.means.shape[0])
+    return replace(alt, means=alt.means[order], weights=alt.weights[order])
 
 
 def spectral_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: Family, *,

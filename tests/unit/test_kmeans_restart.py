@@ -1,0 +1,100 @@
+"""The refinement's k-means start for short streams (streammom.kmeans_restart, design §5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.metrics import adjusted_rand_score
+
+from streammom import StreamingHierarchy, refine
+from streammom.datasets import make_hierarchical_bernoulli
+from streammom.kmeans_restart import (
+    KMEANS_ROWS,
+    kmeans_restart,
+    spectral_embedding,
+    weighted_kmeans,
+)
+from streammom.mixture import map_assign
+
+
+def test_the_embedding_is_the_tf_idf_rows_top_principal_directions() -> None:
+    X, _, _ = make_hierarchical_bernoulli(300, 120, 4, random_state=1)
+    Z = spectral_embedding(X, 5)
+    dense = X.toarray()
+    n = dense.shape[0]
+    weighted = dense * (1.0 + np.log(n / (1.0 + (dense > 0).sum(axis=0))))
+    weighted /= np.linalg.norm(weighted, axis=1, keepdims=True)
+    U, s, _ = np.linalg.svd(weighted, full_matrices=False)
+    want = U[:, :5] * s[:5]
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    signs = np.sign((Z * want).sum(axis=0))  # eigenvectors are defined up to sign
+    np.testing.assert_allclose(Z * signs, want, atol=1e-8)
+    assert spectral_embedding(X[:1], 5).shape == (1, 0)  # one row: no direction
+
+
+def test_weighted_kmeans_finds_separated_groups_and_repeats_itself() -> None:
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(4, 3)) * 10
+    truth = rng.integers(0, 4, 400)
+    Z = centres[truth] + 0.2 * rng.normal(size=(400, 3))
+    w = rng.uniform(0.5, 2.0, 400)
+    label = weighted_kmeans(Z, 4, w, seed=3)
+    assert adjusted_rand_score(truth, label) == 1.0
+    assert np.array_equal(label, weighted_kmeans(Z, 4, w, seed=3))
+
+
+def test_no_cluster_is_left_empty() -> None:
+    Z = np.array([[0.0, 0.0]] * 6 + [[1.0, 0.0]])  # two distinct points, three clusters
+    label = weighted_kmeans(Z, 3, np.ones(7), seed=0)
+    assert sorted(set(label.tolist())) == [0, 1, 2]
+
+
+def test_the_weights_decide_the_centres() -> None:
+    """One cluster's centre is the weighted mean: a heavy row pulls the other rows to it."""
+    Z = np.array([[0.0], [4.0], [6.0], [10.0]])
+    light = weighted_kmeans(Z, 2, np.array([1.0, 1.0, 1.0, 1.0]), seed=0)
+    heavy = weighted_kmeans(Z, 2, np.array([1.0, 1.0, 1.0, 1_000.0]), seed=0)
+    assert light[1] != light[2]  # {0, 4} and {6, 10}
+    assert heavy[0] == heavy[1] == heavy[2] != heavy[3]  # {0, 4, 6} and the heavy {10}
+
+
+def test_kmeans_restart_fits_a_mixture_only_where_it_is_cheap() -> None:
+    X, y, _, truth = make_hierarchical_bernoulli(KMEANS_ROWS + 1, 200, 4, random_state=2,
+                                                 return_truth=True)
+    w = np.ones(X.shape[0])
+    assert kmeans_restart(X, w, 4, "bernoulli", max_iter=50, tol=1e-4, random_state=0) is None
+    assert kmeans_restart(X[:3], w[:3], 4, "bernoulli", max_iter=50, tol=1e-4,
+                          random_state=0) is None  # fewer rows than components
+    fit = kmeans_restart(X[:800], w[:800], 4, "bernoulli", max_iter=50, tol=1e-4,
+                         random_state=0)
+    assert fit is not None and fit.means.shape == (4, 200)
+    oracle = adjusted_rand_score(y[:800], map_assign(X[:800], truth.prevalence,
+                                                     truth.leaf_weights, "bernoulli"))
+    got = adjusted_rand_score(y[:800], map_assign(X[:800], fit.means, fit.weights, "bernoulli"))
+    assert got >= 0.9 * oracle
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+def test_a_short_stream_is_labelled_by_the_better_fit_with_the_same_sums_and_routers(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """500 events, 8 latent leaves: the k-means start's fit labels the events; the sums and
+    routers (where the next events go) are those of the refinement without it."""
+    X, y, _, truth = make_hierarchical_bernoulli(500, 500, 8, random_state=seed,
+                                                 return_truth=True)
+    X = sp.csr_array(X)
+    with_km = StreamingHierarchy(500, max_leaves=8).partial_fit(X)
+    monkeypatch.setattr(refine, "kmeans_restart", lambda *a, **k: None)
+    without = StreamingHierarchy(500, max_leaves=8).partial_fit(X)
+    assert with_km.nodes_.keys() == without.nodes_.keys()
+    for nid, v in with_km.nodes_.items():
+        u = without.nodes_[nid]
+        np.testing.assert_array_equal(v.acc.s, u.acc.s)
+        assert v.acc.weight == u.acc.weight
+        assert (v.router is None) == (u.router is None)
+        assert v.router is None or v.router.same_as(u.router)
+    oracle = adjusted_rand_score(y, map_assign(X, truth.prevalence, truth.leaf_weights,
+                                               "bernoulli"))
+    got = adjusted_rand_score(y, with_km.predict(X))
+    assert got > adjusted_rand_score(y, without.predict(X))
+    assert got >= 0.75 * oracle  # without it: 0.71 and 0.73 × the oracle
