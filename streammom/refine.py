@@ -22,11 +22,14 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   follows the better mixture. Its cost, one ASVTD and one more EM, is O(nnz · k) per pass, so
   it runs while rows × leaves ≤ ``RESTART_WORK`` (≲ 0.1 s at d = 1,024): on every refit of a
   short stream or a small tree, on the young tree of a long one;
-* k-means restart: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS`
+* k-means start: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS`
   (a short stream, whose reservoirs hold nearly all of it), one more start: k-means on the
-  rows' spectral embedding, then the same EM (:mod:`streammom.kmeans_restart`); of the three
-  fits the one with the largest weighted log-likelihood is kept, a restart's components put
-  on the leaves as above;
+  rows' spectral embedding, then the same EM (:mod:`streammom.kmeans_restart`). When its
+  weighted log-likelihood is the larger, its components (put on the leaves as above) become
+  the leaves' scores, which label the events; the routers below keep following the tree's or
+  the spectral fit, so the sums and the tree's growth do not depend on it (steering the young
+  trees of long streams with it moved their final ARI either way, BENCHMARKS.md "Short
+  streams");
 * subtree c of node v: π_c = Σ_{l∈c} π_l and μ_c = Σ_{l∈c} a_l μ_l / Σ_{l∈c} a_l with
   a_l = π_l (Bernoulli) or π_l · T1_l / W_l (multinomial: token mass), then
   :func:`streammom.model.map_router` of (μ_c₀, μ_c₁), (π_c₀, π_c₁) (thesis Alg. 4, MAP);
@@ -128,7 +131,9 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
 
     None when there is nothing to refine: a single leaf, a leaf without weight or an empty
     reservoir (the moment routers stay). ``random_state`` seeds the spectral restart's
-    whitening (Lanczos start vector), so the result is deterministic.
+    whitening (Lanczos start vector) and the k-means start's seedings, so the result is
+    deterministic. The routers come from the better of the tree's and the spectral fit; the
+    leaves' scores from the best of those and the k-means fit (module docstring).
     """
     leaf_ids = sorted(nid for nid, v in nodes.items() if v.is_leaf)
     leaves = [nodes[nid] for nid in leaf_ids]
