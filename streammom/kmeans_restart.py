@@ -1,19 +1,21 @@
 """A third start for the refinement of a short stream: k-means on a spectral embedding.
 
-While a stream is short, the refinement's EM (:mod:`streammom.refine`) sees nearly all of it:
-the union of the leaves' reservoirs holds at most :data:`KMEANS_ROWS` rows. A batch estimator
-would search such data with restarts. So the refinement then fits one more start beside the
-tree's partition and the flat ASVTD estimate, and keeps the fit with the largest weighted
-log-likelihood, as it does for those two. The start is the classic one for sparse count
-data, taken from text clustering (Manning, Raghavan & Schütze, *Introduction to Information
-Retrieval*, ch. 16–18):
+While a stream is short, the refinement's EM (:mod:`streammom.refine`) sees nearly all of
+it: the union of the leaves' reservoirs holds at most :data:`KMEANS_ROWS` rows (and, so that
+the cost stays that of a young refit, at most :data:`KMEANS_WORK` non-zeros × components). A
+batch estimator would search such data with restarts. So the refinement fits one more start
+beside the tree's partition and the flat ASVTD estimate. When that fit's weighted
+log-likelihood is the largest, it becomes the leaves' scores, which label the events; the
+routers, and so the sums and the tree's growth, keep following the other two (design §5).
+The start is the classic one for sparse count data, taken from text clustering (Manning,
+Raghavan & Schütze, *Introduction to Information Retrieval*, ch. 16–18):
 
 1. **Rows.** Each row is tf-idf weighted, x_ih · idf_h with idf_h = 1 + log(n / (1 + df_h)),
    and scaled to unit L2 norm.
 2. **Embedding.** The rows go onto their top q = min(30, n − 1, d − 1) principal directions
    (a truncated SVD, Z = U_q Σ_q). It comes from the n × n Gram matrix G = X̃ X̃ᵀ and its top q
    eigenpairs (LAPACK ``syevr``, deterministic), then each row of Z is scaled to unit norm.
-   The cost is O(nnz · n) for G plus O(n² q) for the eigenpairs: ≲ 0.1 s at n = 1,024.
+   The cost is O(nnz · n) for G plus O(n² q) for the eigenpairs: 0.1–0.3 s at n = 1,024.
 3. **Clusters.** Weighted k-means on Z: greedy k-means++ seeding (Arthur & Vassilvitskii
    2007) from a generator seeded by the engine's ``random_state``, then Lloyd iterations.
    The best of :data:`N_INIT` seedings by inertia is kept. A cluster that empties takes the
@@ -23,9 +25,9 @@ Retrieval*, ch. 16–18):
    (:func:`streammom.mixture.fit_mixture_em`).
 
 Measured on the synthetic code streams of issue #15 at the defaults (BENCHMARKS.md "Short
-streams"): 300–1,000 events go from 0.66–0.92 × the oracle's ARI to 0.74–0.95 ×. In the
-young trees of long streams it also lifts 20 Newsgroups (0.270 → 0.326, mean of three arrival
-orders) and MNIST 5k (0.378 → 0.395).
+streams", ``bench/short_streams.py``): streams of 300, 500, 800 and 1,000 events go from
+0.66, 0.78, 0.86 and 0.92 × the oracle's ARI (means of six seeds) to 0.73, 0.86, 0.92 and
+0.95 ×. Longer streams label by their last refits, which have more rows: they are unchanged.
 """
 
 from __future__ import annotations
@@ -37,12 +39,16 @@ import scipy.sparse as sp
 from streammom.estimators import Family
 from streammom.mixture import MixtureEMResult, fit_mixture_em
 
-__all__ = ["EMBEDDING_DIM", "KMEANS_ROWS", "N_INIT", "kmeans_restart", "spectral_embedding",
-           "weighted_kmeans"]
+__all__ = ["EMBEDDING_DIM", "KMEANS_ROWS", "KMEANS_WORK", "N_INIT", "kmeans_restart",
+           "spectral_embedding", "weighted_kmeans"]
 
 #: The k-means start runs while the refinement's rows are at most this many (an n × n Gram
-#: matrix and its eigenpairs; the default reservoir of one node).
+#: matrix and its eigenpairs; the default reservoir of one node) …
 KMEANS_ROWS = 1_024
+#: … and their non-zeros × components at most this (its EM is O(nnz · k) a pass: ≲ 0.2 s for
+#: 100 passes; 1,024 rows of 10 codes and 16 leaves are 164k, the wide genotype counts of
+#: ``bench/wide_counts.py``, 1,000 rows of 1,100 non-zeros, 17.6M).
+KMEANS_WORK = 1 << 21
 #: Principal directions kept in the embedding (at most; fewer for smaller data).
 EMBEDDING_DIM = 30
 #: k-means++ seedings tried; the one of least inertia is kept.
@@ -152,11 +158,11 @@ def _lloyd(Z: np.ndarray, centres: np.ndarray, weight: np.ndarray
 
 def kmeans_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: Family, *,
                    max_iter: int, tol: float, random_state: int) -> MixtureEMResult | None:
-    """The refinement's k-means start (module docstring) and its EM; None when the rows do not
-    support it (more than :data:`KMEANS_ROWS` rows, fewer rows than k, or an embedding of
-    fewer than one dimension)."""
+    """The refinement's k-means start (module docstring) and its EM; None when the rows are too
+    many for it (more than :data:`KMEANS_ROWS`, or non-zeros × k above :data:`KMEANS_WORK`)
+    or do not support it (fewer rows than k, an embedding of fewer than one dimension)."""
     n = rows.shape[0]
-    if n > KMEANS_ROWS or k < 2 or k > n:
+    if n > KMEANS_ROWS or rows.nnz * k > KMEANS_WORK or k < 2 or k > n:
         return None
     Z = spectral_embedding(rows)
     if Z.shape[1] == 0:

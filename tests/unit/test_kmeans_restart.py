@@ -11,6 +11,7 @@ from streammom import StreamingHierarchy, refine
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.kmeans_restart import (
     KMEANS_ROWS,
+    KMEANS_WORK,
     kmeans_restart,
     spectral_embedding,
     weighted_kmeans,
@@ -98,3 +99,15 @@ def test_a_short_stream_is_labelled_by_the_better_fit_with_the_same_sums_and_rou
     got = adjusted_rand_score(y, with_km.predict(X))
     assert got > adjusted_rand_score(y, without.predict(X))
     assert got >= 0.75 * oracle  # without it: 0.71 and 0.73 × the oracle
+
+
+def test_kmeans_restart_skips_rows_too_dense_for_its_budget() -> None:
+    """Its EM is O(nnz · k) a pass: dense-ish rows (the wide genotype counts) are left to the
+    other two starts."""
+    rng = np.random.default_rng(4)
+    X = sp.csr_array((rng.random((600, 3_000)) < 0.5).astype(float))  # 1,500 non-zeros a row
+    assert X.nnz * 4 > KMEANS_WORK
+    assert kmeans_restart(X, np.ones(600), 4, "bernoulli", max_iter=5, tol=1e-4,
+                          random_state=0) is None
+    assert kmeans_restart(X[:, :40], np.ones(600), 4, "bernoulli", max_iter=5, tol=1e-4,
+                          random_state=0) is not None
