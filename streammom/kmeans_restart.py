@@ -37,7 +37,7 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from streammom.estimators import Family
-from streammom.mixture import MixtureEMResult, fit_mixture_em
+from streammom.mixture import MixtureEMResult, fit_mixture_em, partition_sums
 
 __all__ = ["EMBEDDING_DIM", "KMEANS_ROWS", "KMEANS_WORK", "N_INIT", "kmeans_restart",
            "spectral_embedding", "weighted_kmeans"]
@@ -149,8 +149,7 @@ def _lloyd(Z: np.ndarray, centres: np.ndarray, weight: np.ndarray
             label[far] = j
             dist[far] = 0.0
             mass = np.bincount(label, weights=weight, minlength=k)
-        onehot = sp.csr_array((weight, (label, np.arange(n))), shape=(k, n))
-        centres = (onehot @ Z) / mass[:, None]
+        centres = partition_sums(Z, weight, label, k)[0] / mass[:, None]
         dist = _sq_distances(Z, sq_norms, centres)
     inertia = float(weight @ dist[np.arange(n), label])
     return label, inertia
@@ -168,9 +167,7 @@ def kmeans_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: F
     if Z.shape[1] == 0:
         return None
     label = weighted_kmeans(Z, k, row_weight, random_state)
-    onehot = sp.csr_array((row_weight, (label, np.arange(n))), shape=(k, n))
-    sums = np.asarray((onehot @ rows).toarray())
-    mass = np.bincount(label, weights=row_weight, minlength=k)
+    sums, mass = partition_sums(rows, row_weight, label, k)
     den = sums.sum(axis=1) if family == "multinomial" else mass
     means = sums / np.maximum(den, np.finfo(float).tiny)[:, None]
     return fit_mixture_em(rows, means, mass / mass.sum(), family=family, tol=tol,

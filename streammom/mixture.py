@@ -41,6 +41,7 @@ __all__ = [
     "log_likelihood_matrix",
     "log_linear_params",
     "map_assign",
+    "partition_sums",
     "prepare_parameters",
     "responsibilities",
 ]
@@ -159,6 +160,23 @@ def responsibilities(X: Any, means: Any, weights: Any, family: Family) -> np.nda
 def map_assign(X: Any, means: Any, weights: Any, family: Family) -> np.ndarray:
     """MAP cluster argmax_j log ω_j + log p(x | μ_j) (thesis eq. 4.2); ties to the lowest j."""
     return np.argmax(log_likelihood_matrix(X, means, weights, family), axis=1)
+
+
+def partition_sums(X: Any, row_weight: np.ndarray, label: np.ndarray, k: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The M-step's statistics of a hard partition: (k, d) weighted sums Σ_{i: l_i = j} w_i x_i
+    and (k,) masses Σ_{i: l_i = j} w_i, for ``label`` l_i in 0..k−1 (X sparse or dense).
+
+    >>> sums, mass = partition_sums(np.array([[1.0, 0], [0, 2], [1, 1]]), np.ones(3),
+    ...                             np.array([0, 1, 0]), 2)
+    >>> sums.tolist(), mass.tolist()
+    ([[2.0, 1.0], [0.0, 2.0]], [2.0, 1.0])
+    """
+    n = label.shape[0]
+    onehot = sp.csr_array((row_weight, (label, np.arange(n))), shape=(k, n))
+    sums = onehot @ X
+    sums = sums.toarray() if sp.issparse(sums) else sums
+    return np.asarray(sums), np.bincount(label, weights=row_weight, minlength=k)
 
 
 def _m_step(

@@ -57,7 +57,13 @@ from scipy.optimize import linear_sum_assignment
 from streammom.decompose import asvtd
 from streammom.estimators import Family
 from streammom.kmeans_restart import kmeans_restart
-from streammom.mixture import MixtureEMResult, fit_mixture_em, log_likelihood_matrix, map_assign
+from streammom.mixture import (
+    MixtureEMResult,
+    fit_mixture_em,
+    log_likelihood_matrix,
+    map_assign,
+    partition_sums,
+)
 from streammom.model import LeafScore, Router, leaf_scores, map_router
 from streammom.spectral import valid_parameters
 from streammom.split import Split
@@ -106,11 +112,7 @@ def _start(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray,
     """(k, d) centres and (k,) shares of the rows' partition by the current routers (``label``:
     each row's leaf, an index into ``leaves``); a leaf that receives no row starts from its
     own sums."""
-    k = len(leaves)
-    onehot = sp.csr_array((row_weight, (label, np.arange(rows.shape[0]))),
-                          shape=(k, rows.shape[0]))
-    sums = np.asarray((onehot @ rows).toarray())
-    mass = np.bincount(label, weights=row_weight, minlength=k)
+    sums, mass = partition_sums(rows, row_weight, label, len(leaves))
     den = sums.sum(axis=1) if family == "multinomial" else mass
     for i in np.flatnonzero(den <= 0):
         v = leaves[i]
@@ -236,11 +238,11 @@ def split_gain(X: sp.csr_array, side: np.ndarray, family: Family, weight: float)
     leaves that hold more than one cluster rather than to the heaviest.
     """
     n = X.shape[0]
-    counts = np.bincount(side, minlength=2).astype(float)
-    if n == 0 or counts.min() == 0:
+    if n == 0:
         return 0.0
-    onehot = sp.csr_array((np.ones(n), (side, np.arange(n))), shape=(2, n))
-    sums = np.asarray((onehot @ X).toarray())
+    sums, counts = partition_sums(X, np.ones(n), side, 2)
+    if counts.min() == 0:
+        return 0.0
     total = sums.sum(axis=0, keepdims=True)
     if family == "multinomial":
         den, den_all = sums.sum(axis=1), total.sum(axis=1)
