@@ -205,21 +205,25 @@ class BackgroundRefits:
         """``labels="current"``: a held batch's labels from the current model, now. Its rows
         are looked up without changing the vocabulary (tokens it does not know yet are left
         out); the batch is learned later like any held batch."""
-        vocab = self.engine.vocabulary
-        X = items if vocab is None else vocab.transform(items, binary=self.binary,
-                                                        update=False)
+        X = self._rows(items, update=False)
         if self.on_learned is not None:
             self.on_learned(token, X, self.engine.assign(X))
 
     def _learn_now(self, items: Any, ts: np.ndarray | None, token: Any,
                    labelled: bool = False) -> None:
-        vocab = self.engine.vocabulary
-        X = items if vocab is None else vocab.transform(items, binary=self.binary)
+        X = self._rows(items, update=True)
         routing = self.engine.learn(X, timestamps=ts, refit=False)
         if self.on_learned is not None and not labelled:
             self.on_learned(token, X, routing)
         if self.engine.refit_due():
             self._start_refit()
+
+    def _rows(self, items: Any, *, update: bool) -> Any:
+        """A batch's rows: raw events mapped by the engine's vocabulary (``update=False``: looked
+        up only, :meth:`~streammom.vocab.Vocabulary.transform`), or the rows as given."""
+        vocab = self.engine.vocabulary
+        return items if vocab is None else vocab.transform(items, binary=self.binary,
+                                                           update=update)
 
     def _start_refit(self) -> None:
         proc = self.process
