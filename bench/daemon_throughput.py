@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from kafka_bench import create_topics, daemon_worker, drive, kafka_bootstrap, pr
 from service.commands.produce import sample_messages
 from service.config import load_settings
 from service.kafka_sink import producer_record_settings
+from service.worker import settle_heap
 
 
 def produce_events(bootstrap: str, topic: str, n: int) -> None:
@@ -69,8 +69,7 @@ def run_bare(bootstrap: str, topic: str, n: int, batch: int) -> float:
                              max_poll_records=batch)
     producer = KafkaProducer(bootstrap_servers=bootstrap,
                              **producer_record_settings(load_settings().kafka))
-    gc.collect()
-    gc.freeze()  # as the daemon does after start-up (service.worker.settle_heap)
+    settle_heap()  # the daemon's start-up heap freeze and collector thresholds, like for like
     done, t0 = 0, None
     while done < n:
         polled = consumer.poll(timeout_ms=500, max_records=batch)

@@ -88,13 +88,27 @@ def refit_labels(setting: str, *, replay: bool) -> Literal["current", "after_ref
     return setting  # type: ignore[return-value]  # validated by the settings (and the refits)
 
 
+#: The cyclic collector's thresholds in the daemon (:func:`gc.set_threshold`; CPython's own
+#: are 700, 10, 10). A batch keeps tens of thousands of container objects alive for its
+#: lifetime (records, validated events, the producer's futures, held batches while a refit
+#: runs), so at 700 allocations a youngest-generation collection finds them alive, promotes
+#: them, and the older generations' collections rescan them again and again: on the 200,000-event
+#: encounter stream of ``bench/daemon_defaults.py`` 3,500 + 320 + 30 collections took 1.9 s of the
+#: daemon's 17.7 s (the 30 full ones 1.0 s). At 50,000 a batch's objects are mostly freed by
+#: reference counting before a collection sees them: 107 collections, 0.1 s (BENCHMARKS.md
+#: "The collector's thresholds"). Cyclic garbage still goes, a few batches later.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
 def settle_heap() -> None:
     """Move everything alive after start-up (modules, schemas, compiled kernels, the restored
     state) out of the cyclic collector's generations (:func:`gc.freeze`), so its collections
-    scan only what the loop allocates per batch, not the whole start-up heap again and again.
+    scan only what the loop allocates per batch, not the whole start-up heap again and again,
+    and set the collector's thresholds for batch-sized lifetimes (:data:`GC_THRESHOLDS`).
     Frozen objects are still freed by reference counting; only cycles among them would stay."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class Worker:

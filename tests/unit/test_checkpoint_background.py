@@ -136,17 +136,24 @@ def test_a_frozen_checkpoint_is_the_state_when_it_was_taken(tmp_path: Path) -> N
 
 def test_start_up_objects_leave_the_collectors_generations(tmp_path: Path) -> None:
     """service.worker.settle_heap: after restore the start-up heap is frozen (gc.freeze), so
-    the cyclic collector scans only what the loop allocates."""
+    the cyclic collector scans only what the loop allocates, and its thresholds are the
+    daemon's (a batch's objects die before a collection sees them)."""
     import gc
 
+    from service.worker import GC_THRESHOLDS
+
     gc.unfreeze()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
     broker = MemoryBroker()
     fill_cohort(broker, 10)
     _background_worker(tmp_path, broker)
     try:
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == GC_THRESHOLDS != (700, 10, 10)
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 def test_a_checkpoint_on_the_loop_finishes_the_one_in_flight_first(
