@@ -27,7 +27,7 @@ _MASK = 0xFFFFFFFF
 _M = 0x5BD1E995
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)  # holds the GIL: a per-key call must not hand the loop to other threads
 def _murmur2(data: bytes) -> int:  # pragma: no cover - compiled
     """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``; seed 0x9747b28c,
     m = 0x5bd1e995, r = 24) of ``data``, as an unsigned 32-bit value. The arithmetic is on
