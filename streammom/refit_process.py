@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import gc
 import os
 import select
@@ -36,9 +37,40 @@ from streammom.engine import StreamingHierarchy
 from streammom.serialization import SnapshotFormatError
 from streammom.state_pipe import StatePipeError, read_state, write_state
 
-__all__ = ["RefitProcess", "RefitProcessError", "RefitResult", "main"]
+__all__ = ["PIPE_BYTES", "RefitProcess", "RefitProcessError", "RefitResult", "main", "widen_pipe"]
 
 _READY = b"R"
+
+
+#: Bytes a state pipe buffers (Linux ``F_SETPIPE_SZ``; 1 MiB is the default
+#: ``/proc/sys/fs/pipe-max-size`` an unprivileged process may ask for; the kernel's default is
+#: 64 KiB). A state crosses the pipe in buffer-sized turns, each needing the other process on a
+#: core: at 64 KiB a 20 MB state takes ~320 of them, and on a busy 2-core machine (broker, loop,
+#: producer thread, helper) the refitted state then reached the loop in 0.26–0.53 s instead of
+#: 30–70 ms, the longest stall of ``bench/daemon_defaults.py`` (BENCHMARKS.md).
+PIPE_BYTES = 1 << 20
+
+
+def widen_pipe(fd: int, size: int = PIPE_BYTES) -> int:
+    """Ask the kernel for a pipe buffer of ``size`` bytes on ``fd``; the size it has (the
+    kernel's rounding, or the old size where the request is refused or the platform has no
+    ``F_SETPIPE_SZ``). Best effort: a smaller buffer only means more turns.
+
+    >>> r, w = os.pipe()
+    >>> widen_pipe(w, 1 << 20) >= 1 << 20 or not hasattr(fcntl, "F_SETPIPE_SZ")
+    True
+    >>> os.close(r); os.close(w)
+    """
+    if not 0 < size < 1 << 31:  # fcntl passes a C int: larger sizes would wrap around
+        raise ValueError(f"a pipe size must be in 1 … 2³¹ − 1 bytes, got {size}")
+    setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)
+    getpipe = getattr(fcntl, "F_GETPIPE_SZ", None)
+    try:
+        if setpipe is not None:
+            return int(fcntl.fcntl(fd, setpipe, size))
+        return int(fcntl.fcntl(fd, getpipe)) if getpipe is not None else 0
+    except OSError:  # above pipe-max-size or the user's pipe quota: keep what it has
+        return int(fcntl.fcntl(fd, getpipe)) if getpipe is not None else 0
 
 
 class RefitProcessError(RuntimeError):
@@ -92,6 +124,9 @@ class RefitProcess:
             [sys.executable, "-m", "streammom.refit_process", str(self.blas_threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env,
             close_fds=True)
+        for stream in (self._proc.stdin, self._proc.stdout):
+            assert stream is not None
+            widen_pipe(stream.fileno())
         self._ready = False
         self._submitted_at = None
 

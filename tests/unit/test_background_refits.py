@@ -5,8 +5,10 @@ are learned; a helper that dies costs nothing but a refit on the caller's thread
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
+import os
 import struct
 
 import numpy as np
@@ -15,7 +17,7 @@ import pytest
 from streammom import StreamingHierarchy, Vocabulary
 from streammom.background_refits import BackgroundRefits
 from streammom.datasets import make_hierarchical_bernoulli
-from streammom.refit_process import RefitProcess, RefitProcessError
+from streammom.refit_process import PIPE_BYTES, RefitProcess, RefitProcessError, widen_pipe
 from streammom.state_pipe import StatePipeError, read_state, write_state
 
 N_EVENTS, BATCH = 12_000, 400
@@ -253,3 +255,50 @@ def test_state_pipe_refuses_what_is_not_a_state(header: dict, payload: bytes, ma
 def test_state_pipe_refuses_a_huge_header() -> None:
     with pytest.raises(StatePipeError, match="header"):
         read_state(io.BytesIO(struct.pack("<Q", 1 << 40)))
+
+
+def _pipe_max_bytes() -> int:
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            return int(f.read())
+    except OSError:
+        return 0
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_GETPIPE_SZ") or _pipe_max_bytes() < PIPE_BYTES,
+                    reason="no Linux pipe sizes of 1 MiB here")
+def test_the_state_pipes_are_widened_so_a_state_crosses_in_few_turns(
+        helper: RefitProcess) -> None:
+    """A 20 MB state crosses a 64 KiB pipe in ~320 turns of the two processes; the helper's
+    pipes buffer PIPE_BYTES each way, and a state still round-trips through them."""
+    proc = helper._proc
+    assert proc is not None and proc.stdin is not None and proc.stdout is not None
+    for stream in (proc.stdin, proc.stdout):
+        assert fcntl.fcntl(stream.fileno(), fcntl.F_GETPIPE_SZ) == PIPE_BYTES
+    eng = _engine()
+    eng.learn([["a", "b"], ["b", "c"]] * 50)
+    helper.submit(eng)
+    result = helper.collect(None)
+    assert result is not None and result.engine.n_events_seen_ == 100
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_SETPIPE_SZ"), reason="no Linux pipe sizes here")
+def test_widen_pipe_keeps_the_old_size_when_the_kernel_refuses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    r, w = os.pipe()
+    try:
+        before = fcntl.fcntl(w, fcntl.F_GETPIPE_SZ)
+        real = fcntl.fcntl
+
+        def refuse(fd: int, cmd: int, *arg: int) -> int:
+            if cmd == fcntl.F_SETPIPE_SZ:
+                raise PermissionError(1, "Operation not permitted")  # the user's pipe quota
+            return real(fd, cmd, *arg)
+
+        monkeypatch.setattr(fcntl, "fcntl", refuse)
+        assert widen_pipe(w, PIPE_BYTES) == before
+        with pytest.raises(ValueError, match="pipe size"):
+            widen_pipe(w, 1 << 40)  # would wrap around in the C int fcntl passes
+    finally:
+        os.close(r)
+        os.close(w)
