@@ -14,12 +14,14 @@ Apache Kafka broker (``service.devbroker.KafkaBroker``). Then, same broker, same
 Prints events/s of both and their ratio (target ≥ 0.7), the longest loop stall (the longest
 time between two polls of the worker: a batch with its refits, checkpoints and flushes;
 target ≤ 1 s), the process's peak RSS (target ≤ 600 MB: the daemon runs after the bare loop,
-which holds little) and the daemon's refits, checkpoints, leaves and vocabulary fill.
+which holds little), the daemon's refits, checkpoints, leaves and vocabulary fill, and the cyclic
+collector's collections (generations 0, 1, 2) and pauses over the daemon's timed run.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import resource
 import sys
@@ -98,7 +100,11 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
         cpu_at_start: list[float] = []  # the process's CPU time at the first batch
         helper_hwm: list[float] = []
 
+        pauses = CollectorPauses()
+
         def started() -> bool:
+            if not cpu_at_start:
+                pauses.start()
             cpu_at_start.append(time.process_time())
             return True
 
@@ -108,7 +114,10 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
             helper_hwm.append(_helper_peak_rss_mb(worker))  # before shutdown stops it
             return True
 
-        seconds, stall = drive(worker, done, started)
+        try:
+            seconds, stall = drive(worker, done, started)
+        finally:
+            pauses.stop()
         cpu = time.process_time() - cpu_at_start[0]  # every thread's, shutdown included
         helper_cpu = _children_cpu() - children_before  # the refit process, start-up included
         engine = worker.engine
@@ -119,7 +128,32 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
                 "helper_refits": refits.helper_refits if refits is not None else 0,
                 "refits": worker.refits, "leaves": int(engine.model_.n_leaves),
                 "vocabulary": len(engine.vocabulary),
-                "oov_tokens": int(engine.vocabulary.oov_count)}
+                "oov_tokens": int(engine.vocabulary.oov_count),
+                "gc_collections": pauses.collections, "gc_s": pauses.seconds}
+
+
+class CollectorPauses:
+    """The cyclic collector's collections (per generation) and the seconds they took while
+    started (``gc.callbacks``), every thread's: design §6 "Interpreter heap"."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = 0.0
+        self._began = 0.0
+
+    def _observe(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.collections[info["generation"]] += 1
+            self.seconds += time.perf_counter() - self._began
+
+    def start(self) -> None:
+        gc.callbacks.append(self._observe)
+
+    def stop(self) -> None:
+        if self._observe in gc.callbacks:
+            gc.callbacks.remove(self._observe)
 
 
 def _children_cpu() -> float:
@@ -166,7 +200,9 @@ def main() -> None:
         "helper_peak_rss_mb": round(daemon["helper_peak_rss_mb"]),
         "helper_cpu_s": round(daemon["helper_cpu_s"], 2),
         **{k: daemon[k] for k in ("refits", "helper_refits", "leaves", "vocabulary",
-                                  "oov_tokens")}}))
+                                  "oov_tokens")},
+        "daemon_gc_collections": daemon["gc_collections"],
+        "daemon_gc_s": round(daemon["gc_s"], 3)}))
 
 
 if __name__ == "__main__":
