@@ -463,6 +463,15 @@ class StreamingHierarchy(Estimator):
         ``refit=False`` leaves a refit that falls due to the caller (:meth:`refit_due`, then
         :meth:`refit` here or in a helper process: :mod:`streammom.background_refits`).
         """
+        routing = self._learn(X, weights, timestamps, refit=refit, label=True)
+        assert routing is not None
+        return routing
+
+    def _learn(self, X: Any, weights: Any, timestamps: Any, *, refit: bool, label: bool
+               ) -> Routing | None:
+        """:meth:`learn`; ``label=False`` skips the labels (the scored leaves' MAP, O(nnz · k)
+        a batch: a tenth of :meth:`partial_fit`'s time at d = 2,000, 16 leaves) and returns
+        None. The sums and the policy are the same either way."""
         X = self._as_matrix(X, learning=True)
         n = X.shape[0]
         w = as_weights(weights, n)
@@ -470,7 +479,8 @@ class StreamingHierarchy(Estimator):
                               and self.half_life_unit == "seconds")
         assert self.model_ is not None
         walk = self.model_.route_tree(X, check_input=False)  # the sums follow the routers
-        routing = self.model_.route(X, check_input=False) if self.model_.scored else walk
+        routing = (None if not label else
+                   self.model_.route(X, check_input=False) if self.model_.scored else walk)
         if n:
             stored = self._stored_weights(w, ts)
             for start in range(0, n, self.chunk_size):
@@ -485,8 +495,9 @@ class StreamingHierarchy(Estimator):
 
     def partial_fit(self, X: Any, weights: Any = None, timestamps: Any = None
                     ) -> StreamingHierarchy:
-        """:meth:`learn` without the routing (scikit-learn style); returns self."""
-        self.learn(X, weights=weights, timestamps=timestamps)
+        """:meth:`learn` without the routing (scikit-learn style): the labels are not computed;
+        returns self."""
+        self._learn(X, weights, timestamps, refit=True, label=False)
         return self
 
     def assign(self, X: Any) -> Routing:

@@ -255,6 +255,25 @@ def test_snapshot_restore_continue_is_byte_identical(
     assert eng.snapshot() == reference
 
 
+def test_partial_fit_learns_what_learn_learns_without_labelling(
+    small_stream: tuple[sp.csr_array, np.ndarray],
+) -> None:
+    """partial_fit skips the labels (the scored leaves' MAP) but leaves the same state: same
+    sums, tree, refits and bytes as learn on the same batches."""
+    X, _ = small_stream
+    X = X[:12_000]
+    cfg = {"max_depth": 2, "refit_every": 3000, "min_split_weight": 200.0,
+           "reservoir_size": 256, "random_state": 3}
+    learned, fitted = StreamingHierarchy(120, **cfg), StreamingHierarchy(120, **cfg)
+    for s in range(0, X.shape[0], 1500):
+        routing = learned.learn(X[s : s + 1500])
+        assert fitted.partial_fit(X[s : s + 1500]) is fitted
+    assert learned.model_.scored and routing.leaf_ids.shape == (1500,)  # labels were due
+    assert fitted.n_refits_ == learned.n_refits_ > 1
+    assert fitted.snapshot() == learned.snapshot()
+    np.testing.assert_array_equal(fitted.predict(X), learned.predict(X))
+
+
 def test_merge_of_two_workers_equals_one_engine(
     small_stream: tuple[sp.csr_array, np.ndarray],
 ) -> None:
