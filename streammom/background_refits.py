@@ -212,8 +212,10 @@ class BackgroundRefits:
     def _learn_now(self, items: Any, ts: np.ndarray | None, token: Any,
                    labelled: bool = False) -> None:
         X = self._rows(items, update=True)
-        routing = self.engine.learn(X, timestamps=ts, refit=False)
-        if self.on_learned is not None and not labelled:
+        label = self.on_learned is not None and not labelled  # else nothing reads the labels
+        routing = self.engine._learn(X, None, ts, refit=False, label=label)
+        if label:
+            assert self.on_learned is not None and routing is not None
             self.on_learned(token, X, routing)
         if self.engine.refit_due():
             self._start_refit()
