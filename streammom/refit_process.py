@@ -45,9 +45,9 @@ _READY = b"R"
 #: Bytes a state pipe buffers (Linux ``F_SETPIPE_SZ``; 1 MiB is the default
 #: ``/proc/sys/fs/pipe-max-size`` an unprivileged process may ask for; the kernel's default is
 #: 64 KiB). A state crosses the pipe in buffer-sized turns, each needing the other process on a
-#: core: at 64 KiB a 20 MB state takes ~320 of them, and on a busy 2-core machine (broker, loop,
-#: producer thread, helper) the refitted state then reached the loop in 0.26–0.53 s instead of
-#: 30–70 ms, the longest stall of ``bench/daemon_defaults.py`` (BENCHMARKS.md).
+#: core: at 64 KiB a 20 MB state takes ~320 of them. On a busy 2-core machine (broker, loop,
+#: producer thread, helper) reading a returned state took 27–65 ms at 64 KiB and 9–20 ms at
+#: 1 MiB (``bench/daemon_defaults.py``; BENCHMARKS.md "Where the longest stall comes from").
 PIPE_BYTES = 1 << 20
 
 
@@ -65,12 +65,12 @@ def widen_pipe(fd: int, size: int = PIPE_BYTES) -> int:
         raise ValueError(f"a pipe size must be in 1 … 2³¹ − 1 bytes, got {size}")
     setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)
     getpipe = getattr(fcntl, "F_GETPIPE_SZ", None)
-    try:
-        if setpipe is not None:
+    if setpipe is not None:
+        try:
             return int(fcntl.fcntl(fd, setpipe, size))
-        return int(fcntl.fcntl(fd, getpipe)) if getpipe is not None else 0
-    except OSError:  # above pipe-max-size or the user's pipe quota: keep what it has
-        return int(fcntl.fcntl(fd, getpipe)) if getpipe is not None else 0
+        except OSError:  # above pipe-max-size or the user's pipe quota: keep what it has
+            pass
+    return int(fcntl.fcntl(fd, getpipe)) if getpipe is not None else 0
 
 
 class RefitProcessError(RuntimeError):
