@@ -270,17 +270,17 @@ def em_pass(indptr, indices, data, w, AT, b, const, ST, nk):  # type: ignore[no-
                 L[j] += x * AT[h, j]
         m = L[0]
         for j in range(1, c):
-            if L[j] > m:
-                m = L[j]
-        s = 0.0
+            m = max(m, L[j])
         na = 0
-        for j in range(c):
-            t = L[j] - m
-            if t > -EM_CUT:
-                L[j] = np.exp(t)
-                s += L[j]
-                active[na] = j
-                na += 1
+        for j in range(c):  # the active components, without a branch per component
+            active[na] = j
+            na += L[j] - m > -EM_CUT
+        s = 0.0
+        for q in range(na):
+            j = active[q]
+            e = np.exp(L[j] - m)
+            L[j] = e
+            s += e
         ll += w[i] * (m + np.log(s) + const[i])
         f = w[i] / s
         for q in range(na):

@@ -2,7 +2,10 @@
 
 While a stream is short, the refinement's EM (:mod:`streammom.refine`) sees nearly all of
 it: the union of the leaves' reservoirs holds at most :data:`KMEANS_ROWS` rows (and, so that
-the cost stays that of a young refit, at most :data:`KMEANS_WORK` non-zeros × components). A
+the cost stays that of a young refit, at most :data:`KMEANS_WORK` non-zeros × components), and
+those rows are at least :data:`KMEANS_MIN_SHARE` of the events the tree has learned (they are
+the stream, not a sample of it: a first batch of 30,000 events leaves 1,024 reservoir rows,
+and that refit skips the start). A
 batch estimator would search such data with restarts. So the refinement fits one more start
 beside the tree's partition and the flat ASVTD estimate. When that fit's weighted
 log-likelihood is the largest, it becomes the leaves' scores, which label the events; the
@@ -39,7 +42,8 @@ import scipy.sparse as sp
 from streammom.estimators import Family
 from streammom.mixture import MixtureEMResult, fit_mixture_em, partition_sums
 
-__all__ = ["EMBEDDING_DIM", "KMEANS_ROWS", "KMEANS_WORK", "N_INIT", "kmeans_restart",
+__all__ = ["EMBEDDING_DIM", "KMEANS_MIN_SHARE", "KMEANS_ROWS", "KMEANS_WORK", "N_INIT",
+           "kmeans_restart",
            "spectral_embedding", "weighted_kmeans"]
 
 #: The k-means start runs while the refinement's rows are at most this many (an n × n Gram
@@ -49,6 +53,8 @@ KMEANS_ROWS = 1_024
 #: 100 passes; 1,024 rows of 10 codes and 16 leaves are 164k, the wide genotype counts of
 #: ``bench/wide_counts.py``, 1,000 rows of 1,100 non-zeros, 17.6M).
 KMEANS_WORK = 1 << 21
+#: … and the rows are at least this share of the events learned (the stream, not a sample).
+KMEANS_MIN_SHARE = 0.5
 #: Principal directions kept in the embedding (at most; fewer for smaller data).
 EMBEDDING_DIM = 30
 #: k-means++ seedings tried; the one of least inertia is kept.
@@ -156,12 +162,16 @@ def _lloyd(Z: np.ndarray, centres: np.ndarray, weight: np.ndarray
 
 
 def kmeans_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: Family, *,
-                   max_iter: int, tol: float, random_state: int) -> MixtureEMResult | None:
+                   max_iter: int, tol: float, random_state: int, n_events: int | None = None
+                   ) -> MixtureEMResult | None:
     """The refinement's k-means start (module docstring) and its EM; None when the rows are too
-    many for it (more than :data:`KMEANS_ROWS`, or non-zeros × k above :data:`KMEANS_WORK`)
-    or do not support it (fewer rows than k, an embedding of fewer than one dimension)."""
+    many for it (more than :data:`KMEANS_ROWS`, or non-zeros × k above :data:`KMEANS_WORK`),
+    a sample of a longer stream (fewer than :data:`KMEANS_MIN_SHARE` × ``n_events``, the events
+    learned, when given), or do not support it (fewer rows than k, an embedding of fewer than
+    one dimension)."""
     n = rows.shape[0]
-    if n > KMEANS_ROWS or rows.nnz * k > KMEANS_WORK or k < 2 or k > n:
+    if (n > KMEANS_ROWS or rows.nnz * k > KMEANS_WORK or k < 2 or k > n
+            or (n_events is not None and n < KMEANS_MIN_SHARE * n_events)):
         return None
     Z = spectral_embedding(rows)
     if Z.shape[1] == 0:

@@ -23,7 +23,8 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   it runs while rows × leaves ≤ ``RESTART_WORK`` (≲ 0.1 s at d = 1,024): on every refit of a
   short stream or a small tree, on the young tree of a long one;
 * k-means start: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS`
-  (a short stream, whose reservoirs hold nearly all of it), one more start: k-means on the
+  and at least half the events learned (a short stream, whose reservoirs hold nearly all of
+  it), one more start: k-means on the
   rows' spectral embedding, then the same EM (:mod:`streammom.kmeans_restart`). When its
   weighted log-likelihood is the larger, its components (put on the leaves as above) become
   the leaves' scores, which label the events; the routers below keep following the tree's or
@@ -127,15 +128,17 @@ def _start(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray,
 
 
 def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
-                   max_iter: int, tol: float = 1e-4, random_state: int = 0
-                   ) -> RefinedRouters | None:
+                   max_iter: int, tol: float = 1e-4, random_state: int = 0,
+                   n_events: int | None = None) -> RefinedRouters | None:
     """EM over the leaves, then one MAP router per internal node (module docstring).
 
     None when there is nothing to refine: a single leaf, a leaf without weight or an empty
     reservoir (the moment routers stay). ``random_state`` seeds the spectral restart's
     whitening (Lanczos start vector) and the k-means start's seedings, so the result is
     deterministic. The routers come from the better of the tree's and the spectral fit; the
-    leaves' scores from the best of those and the k-means fit (module docstring).
+    leaves' scores from the best of those and the k-means fit (module docstring), which runs
+    only while the rows are at least half of ``n_events`` (the events the tree has learned;
+    None: no such bound).
     """
     leaf_ids = sorted(nid for nid, v in nodes.items() if v.is_leaf)
     leaves = [nodes[nid] for nid in leaf_ids]
@@ -160,7 +163,7 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
         restarted = True
     scored = fit  # the leaves' scores (labels): also the k-means restart's fit if better
     km = kmeans_restart(rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
-                        random_state=random_state)  # None past KMEANS_ROWS rows
+                        random_state=random_state, n_events=n_events)  # None: a long stream
     if km is not None and km.log_likelihood > fit.log_likelihood:
         scored = _on_leaves(km, rows, row_weight, label, family)
     mass = fit.weights.copy()

@@ -185,7 +185,8 @@ class RefitPass:
         the routers."""
         eng = self.eng
         refined = refine_routers(eng.nodes_, eng.root_id_, eng.family_,
-                                 max_iter=eng.em_max_iter, random_state=eng.random_state)
+                                 max_iter=eng.em_max_iter, random_state=eng.random_state,
+                                 n_events=eng.n_events_seen_)
         scores = {} if refined is None else refined.scores
         rescored = [nid for nid, v in eng.nodes_.items()
                     if (v.score is None) != (scores.get(nid) is None)

@@ -111,3 +111,27 @@ def test_kmeans_restart_skips_rows_too_dense_for_its_budget() -> None:
                           random_state=0) is None
     assert kmeans_restart(X[:, :40], np.ones(600), 4, "bernoulli", max_iter=5, tol=1e-4,
                           random_state=0) is not None
+
+
+def test_kmeans_restart_skips_a_sample_of_a_longer_stream(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The start is for streams the reservoirs hold: rows that are under half the events
+    learned are a sample (a first batch of tens of thousands of events), and the refit skips
+    it; rows that are the stream keep it."""
+    X, _, _ = make_hierarchical_bernoulli(800, 200, 4, random_state=2)
+    w = np.ones(X.shape[0])
+    kw = {"max_iter": 5, "tol": 1e-4, "random_state": 0}
+    assert kmeans_restart(X, w, 4, "bernoulli", n_events=800, **kw) is not None
+    assert kmeans_restart(X, w, 4, "bernoulli", n_events=1_600, **kw) is not None
+    assert kmeans_restart(X, w, 4, "bernoulli", n_events=1_601, **kw) is None
+    calls: list[int | None] = []
+    shipped = refine.kmeans_restart
+
+    def spy(*a: object, **k: object) -> object:
+        calls.append(k["n_events"])  # type: ignore[arg-type]
+        return shipped(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(refine, "kmeans_restart", spy)
+    big, _, _ = make_hierarchical_bernoulli(20_000, 200, 4, random_state=2)
+    eng = StreamingHierarchy(200, max_leaves=4).partial_fit(big)
+    assert calls and calls[0] == eng.n_events_seen_ == 20_000  # the engine passes its count
