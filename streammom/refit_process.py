@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits
 from streammom.engine import StreamingHierarchy
 from streammom.serialization import SnapshotFormatError
 from streammom.state_pipe import StatePipeError, read_state, write_state
+from streammom.warmup import warm_up
 
 __all__ = ["PIPE_BYTES", "RefitProcess", "RefitProcessError", "RefitResult", "main", "widen_pipe"]
 
@@ -261,8 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     try:
         with threadpool_limits(limits=threads):
-            # ready once imported: the compiled kernels load on the first refit, which is
-            # off the caller's loop anyway
+            # ready once the compiled kernels and the refit's lazy imports are loaded: left to
+            # the first refit they lengthened it by ~0.45 s (BENCHMARKS.md "The helper's
+            # start-up"), and every event read meanwhile is held, on the chain of growth refits
+            # a young stream runs
+            warm_up()
+            _release_memory()
             stdout.write(_READY)
             stdout.flush()
             while True:
