@@ -8,11 +8,13 @@ Design §5. A :class:`RefitPass` runs once per :meth:`StreamingHierarchy.refit
    second moment — assembled here, bottom-up, only where needed — with the previous
    discriminators as reference (child order and ids stay stable), and gets a plan:
    :class:`~streammom.tree.Update` (router replaced in place), :class:`~streammom.tree.Resplit`
-   (more than ``resplit_threshold`` of its reservoir changes child: rebuild the subtree),
+   (more than ``resplit_threshold`` of its reservoir changes child, and the new split's
+   log-likelihood gain on it is above the current routing's: rebuild the subtree),
    :class:`~streammom.tree.Stale` (the data no longer support a split) or
    :class:`~streammom.tree.Prune` (a child's decayed weight fell below ``prune_fraction``);
 2. **apply** (top-down): a parent's re-split or prune overrides its descendants' plans;
-3. **grow**: leaves heavy enough split, the largest log-likelihood gain first, while depth
+3. **grow**: leaves heavy enough split (a re-split's new children too, at once), the largest
+   log-likelihood gain first, while depth
    and leaf budget allow and the split quality floors hold (design §4 "split quality"); with
    ``em`` on, each split made is refined by a 2-component EM on the leaf's reservoir;
 4. **refine** (``em``): EM over the leaves' mixture with its spectral restart, then MAP
@@ -106,6 +108,7 @@ class RefitPass:
         self.eigen = eigen
         self.records: list[dict[str, Any]] = []
         self.touched: set[int] = set()  # nodes created or restructured: not split again
+        self.regrow: set[int] = set()  # children of a re-split: grown again in this pass
         self.plans: dict[int, Plan] = {}
         self.root_recomputed = False  # the root's moment split was recomputed in this pass
 
@@ -142,7 +145,7 @@ class RefitPass:
                 v.stop_reason = None
             elif n_leaves >= eng.max_leaves:  # a full tree computes no candidate split
                 v.stop_reason = self._static_stop(v) or "max_leaves"
-            elif v.node_id not in self.touched and self._stale(v):
+            elif v.node_id in self.regrow or (v.node_id not in self.touched and self._stale(v)):
                 offer(v)
             elif v.stop_reason is None or v.stop_reason == "max_leaves":
                 v.stop_reason = self._static_stop(v)
@@ -298,12 +301,28 @@ class RefitPass:
         if share > 0.5:  # the same split with its children the other way round (the
             split, share = split.swapped(), 1.0 - share  # reference did not fix the order)
         if share > eng.resplit_threshold:
+            if not self._resplit_gains(v, split.router, X):
+                return  # as good or worse than the routing it would replace: kept
             self.plans[v.node_id] = Resplit(split, full, share)
         else:
             self.plans[v.node_id] = Update(split, share)
         # Back off on a node whose split did not move (design §5: skip nodes whose sums
         # barely changed); any real change resets the schedule.
         v.backoff = min(v.backoff + 1, 30) if share <= eng.stable_share else 0
+
+    def _resplit_gains(self, v: Node, router: Router, X: Any) -> bool:
+        """Whether the recomputed split (its ``router``) explains the node's reservoir rows
+        ``X`` better than the routing it would replace: its classification log-likelihood gain
+        (:func:`streammom.refine.split_gain`) is larger than that of the node's current
+        router on the same rows. A re-split discards the whole subtree (its children restart
+        from this node's reservoir), so a split that only differs — two near-equal top
+        eigenvalues of M2 swap places as the sums grow, as on 20 Newsgroups' root — is not
+        reason enough; drift, which the reservoir follows first, is."""
+        assert v.router is not None
+        family = self.eng.family_
+        new = split_gain(X, router.side(X), family, 1.0)
+        old = split_gain(X, v.router.side(X), family, 1.0)
+        return new > old
 
     # ------------------------------------------------------------------ apply (top-down)
     def _apply(self, nid: int) -> None:
@@ -335,6 +354,7 @@ class RefitPass:
             else:
                 eng._delete_nodes(removed)
                 self.touched.update([nid, *kids])
+                self.regrow.update(kids)
                 self._record("re-split", v, removed=removed, rerouted=plan.share)
                 return
         elif isinstance(plan, Update):

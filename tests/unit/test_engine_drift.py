@@ -104,3 +104,45 @@ def test_no_version_churn_without_new_data() -> None:
     eng.refit()
     v = eng.model_version_
     assert eng.refit() == [] and eng.model_version_ == v
+
+
+def test_a_re_split_grows_its_subtree_again_in_the_same_refit() -> None:
+    """A re-split discards the node's subtree; the refit that makes it grows the children again
+    at once (from their reservoirs), so no model in between has fewer leaves than the data
+    support: the refit after an abrupt drift leaves the full tree, not two leaves."""
+    d, batch = 200, 500
+    X1, X2, _ = _two_regimes(d, 10_000, 10_000)
+    eng = StreamingHierarchy(d, max_depth=2, half_life=1_000, refit_every=batch,
+                             min_split_weight=100.0, random_state=0)
+    leaves_after_resplit = []
+    for X in (X1, X2):
+        for s in range(0, X.shape[0], batch):
+            seen = len(eng.lineage_)
+            eng.learn(X[s : s + batch])
+            if any(r["event"] == "re-split" for r in eng.lineage_[seen:]):
+                leaves_after_resplit.append(eng.model_.n_leaves)
+    assert leaves_after_resplit, "the drift made no re-split"
+    assert min(leaves_after_resplit) == 4
+
+
+def test_a_recomputed_split_no_better_than_the_routing_is_not_a_re_split() -> None:
+    """The re-split test compares likelihoods, not only routes: the node's current routing
+    against the recomputed split, each by its classification log-likelihood gain on the node's
+    reservoir. A split that sends the rows differently but explains them worse is declined."""
+    from streammom.model import Router
+    from streammom.refit import RefitPass
+
+    X, _, _ = make_hierarchical_bernoulli(2_000, 60, 2, codes_per_event=8.0, random_state=3)
+    eng = StreamingHierarchy(60, max_depth=1, refit_every=None, random_state=0)
+    eng.learn(X)
+    eng.refit()
+    root = eng.nodes_[eng.root_id_]
+    assert root.router is not None
+    rows = root.reservoir.to_csr()
+    good = root.router
+    rng = np.random.default_rng(0)
+    noise = Router(rng.standard_normal((2, 60)), np.zeros(2), absolute=False)
+    refit = RefitPass(eng, eigen=None)  # type: ignore[arg-type]
+    assert not refit._resplit_gains(root, noise, rows)  # routes otherwise, and worse
+    root.router = noise
+    assert refit._resplit_gains(root, good, rows)  # the other way round: better
