@@ -13,8 +13,8 @@ Design §5. A :class:`RefitPass` runs once per :meth:`StreamingHierarchy.refit
    :class:`~streammom.tree.Stale` (the data no longer support a split) or
    :class:`~streammom.tree.Prune` (a child's decayed weight fell below ``prune_fraction``);
 2. **apply** (top-down): a parent's re-split or prune overrides its descendants' plans;
-3. **grow**: leaves heavy enough split (a re-split's new children too, at once), the largest
-   log-likelihood gain first, while depth
+3. **grow**: leaves heavy enough split, the largest log-likelihood gain first (then a
+   re-split's new children, with the leaf budget left over), while depth
    and leaf budget allow and the split quality floors hold (design §4 "split quality"); with
    ``em`` on, each split made is refined by a 2-component EM on the leaf's reservoir;
 4. **refine** (``em``): EM over the leaves' mixture with its spectral restart, then MAP
@@ -108,7 +108,7 @@ class RefitPass:
         self.eigen = eigen
         self.records: list[dict[str, Any]] = []
         self.touched: set[int] = set()  # nodes created or restructured: not split again
-        self.regrow: set[int] = set()  # children of a re-split: grown again in this pass
+        self.regrow: set[int] = set()  # children of a re-split: grown with the budget left
         self.plans: dict[int, Plan] = {}
         self.root_recomputed = False  # the root's moment split was recomputed in this pass
 
@@ -126,8 +126,12 @@ class RefitPass:
     def _grow(self) -> None:
         """Split leaves while the leaf budget lasts, the one whose split adds the most
         log-likelihood first (:func:`streammom.refine.split_gain`); a new leaf becomes a
-        candidate at once, so one refit grows as many levels as the data support. Every leaf
-        ends with its stop reason (:data:`streammom.model.STOP_REASONS`; None: it may split
+        candidate at once, so one refit grows as many levels as the data support. The children
+        of a re-split come last, with the leaf budget the other leaves leave: they hold only
+        the re-split node's reservoir, and the next refit grows them from their own events; but
+        a tree is never left with fewer leaves than the budget allows because a re-split took
+        its subtree (at the root: two leaves). Every leaf ends with its stop reason
+        (:data:`streammom.model.STOP_REASONS`; None: it may split
         once it has new events)."""
         eng = self.eng
         heap: list[tuple[float, int, float, Split]] = []  # (-gain, id, right share, split)
@@ -145,11 +149,20 @@ class RefitPass:
                 v.stop_reason = None
             elif n_leaves >= eng.max_leaves:  # a full tree computes no candidate split
                 v.stop_reason = self._static_stop(v) or "max_leaves"
-            elif v.node_id in self.regrow or (v.node_id not in self.touched and self._stale(v)):
+            elif v.node_id not in self.touched and self._stale(v):
                 offer(v)
             elif v.stop_reason is None or v.stop_reason == "max_leaves":
                 v.stop_reason = self._static_stop(v)
-        while heap and n_leaves < eng.max_leaves:
+        regrow = sorted(self.regrow)
+        while n_leaves < eng.max_leaves:
+            if not heap:  # the budget left over goes to the children of a re-split
+                if not regrow:
+                    break
+                for nid in regrow:
+                    if nid in eng.nodes_ and eng.nodes_[nid].is_leaf:
+                        offer(eng.nodes_[nid])
+                regrow = []
+                continue
             _, nid, right, split = heapq.heappop(heap)
             v = eng.nodes_[nid]
             split, right = self._split_em(v, split, right)

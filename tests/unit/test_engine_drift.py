@@ -107,9 +107,9 @@ def test_no_version_churn_without_new_data() -> None:
 
 
 def test_a_re_split_grows_its_subtree_again_in_the_same_refit() -> None:
-    """A re-split discards the node's subtree; the refit that makes it grows the children again
-    at once (from their reservoirs), so no model in between has fewer leaves than the data
-    support: the refit after an abrupt drift leaves the full tree, not two leaves."""
+    """A re-split discards the node's subtree; the refit that makes it gives the leaf budget the
+    other leaves leave to the new children, grown from their reservoirs: after an abrupt drift
+    re-splits the root (no other leaf left), the refit leaves the full tree, not two leaves."""
     d, batch = 200, 500
     X1, X2, _ = _two_regimes(d, 10_000, 10_000)
     eng = StreamingHierarchy(d, max_depth=2, half_life=1_000, refit_every=batch,
