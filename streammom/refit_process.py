@@ -263,9 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with threadpool_limits(limits=threads):
             # ready once the compiled kernels and the refit's lazy imports are loaded: left to
-            # the first refit they lengthened it by ~0.45 s (BENCHMARKS.md "The helper's
-            # start-up"), and every event read meanwhile is held, on the chain of growth refits
-            # a young stream runs
+            # the first refit they lengthened it by ~0.45 s, and every event read meanwhile is
+            # held, on the chain of growth refits a young stream runs (BENCHMARKS.md "Cheaper
+            # refits, and the helper's start-up")
             warm_up()
             _release_memory()
             stdout.write(_READY)
