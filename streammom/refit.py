@@ -315,7 +315,8 @@ class RefitPass:
             split, share = split.swapped(), 1.0 - share  # reference did not fix the order)
         if share > eng.resplit_threshold:
             if not self._resplit_gains(v, split.router, X):
-                return  # as good or worse than the routing it would replace: kept
+                return  # no better than the routing it would replace: the subtree and its
+                # back-off schedule stay as they were (no plan: nothing in the model changed)
             self.plans[v.node_id] = Resplit(split, full, share)
         else:
             self.plans[v.node_id] = Update(split, share)
