@@ -6,9 +6,10 @@ Issue #15's synthetic code streams (``quality_real._synthetic``: d = 500, 8 late
 ~10 codes an event) of 300, 500, 800 and 1,000 events, seeds 0…5, in the acceptance protocol's
 order 0; ``StreamingHierarchy(500, max_leaves=8)`` at its defaults, batches of 1,000, then
 ``predict``. Each cell is the stream's ARI over the oracle's (MAP under the true parameters).
-Two columns: the shipped engine, and the same engine with the refinement's k-means start
-switched off (``streammom.refine.kmeans_restart`` replaced by a function that returns None;
-labelled: an ablation, not a setting). One core (thread pools pinned before numpy loads).
+Three rows per length: the shipped engine, the same engine without the refinement's annealed
+restart (``streammom.refine.ANNEAL_BETAS`` emptied), and without its k-means start either
+(``streammom.refine.kmeans_restart`` replaced by a function that returns None); both
+labelled: ablations, not settings. One core (thread pools pinned before numpy loads).
 """
 
 from __future__ import annotations
@@ -47,18 +48,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=6)
     args = ap.parse_args()
-    shipped = refine.kmeans_restart
+    shipped, betas = refine.kmeans_restart, refine.ANNEAL_BETAS
     off: Any = lambda *a, **k: None  # noqa: E731
+    variants = (("shipped", shipped, betas), ("no annealed restart (ablation)", shipped, ()),
+                ("neither, nor the k-means start (ablation)", off, ()))
     print(f"command: python {' '.join(sys.argv)}\n")
-    print(f"| events | k-means start | × oracle, seeds 0…{args.seeds - 1} | mean |")
+    print(f"| events | engine | × oracle, seeds 0…{args.seeds - 1} | mean |")
     print("|---:|---|---|---:|")
     for n in LENGTHS:
-        for name, restart in (("on (shipped)", shipped), ("off (ablation)", off)):
-            refine.kmeans_restart = restart
+        for name, restart, anneal in variants:
+            refine.kmeans_restart, refine.ANNEAL_BETAS = restart, anneal
             shares = [share_of_oracle(n, seed) for seed in range(args.seeds)]
             print(f"| {n:,} | {name} | {' '.join(f'{x:.2f}' for x in shares)} | "
-                  f"{np.mean(shares):.2f} |", flush=True)
-    refine.kmeans_restart = shipped
+                  f"{np.mean(shares):.3f} |", flush=True)
+    refine.kmeans_restart, refine.ANNEAL_BETAS = shipped, betas
 
 
 if __name__ == "__main__":

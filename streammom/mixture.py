@@ -19,10 +19,17 @@ an exact floor at ε, :func:`~streammom.projection.floor_simplex`). Both clamps 
 constrained M-steps, so the likelihood never decreases. A component whose total responsibility
 is ~0 keeps its previous centre. Stopping: ‖M_new − M_old‖_F < tol (thesis Ch. 6: 1e-4) or
 ``max_iter`` M-steps.
+
+Deterministic annealing (Ueda & Nakano 1998, "Deterministic annealing EM algorithm", Neural
+Networks 11(2), eq. 12): optional tempered passes before the EM, each an E-step at an inverse
+temperature β ∈ (0, 1], r_ij ∝ (ω_j p(x_i | j))^β, then the same M-step. At β < 1 the
+posterior is flatter, so the components move as a group out of the basin their start put them
+in, and settle as β rises to 1; the plain EM that follows converges from there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,16 +218,22 @@ def fit_mixture_em(
     tol: float = 1e-4,
     max_iter: int = 100,
     sample_weight: Any = None,
+    anneal: Sequence[float] = (),
 ) -> MixtureEMResult:
     """EM for a k-component Bernoulli or multinomial mixture from (means_init, weights_init).
 
     ``means_init`` is (k, d), ``weights_init`` (k,). Iterates E-step / M-step (module
     docstring) until ‖M_t − M_{t−1}‖_F < ``tol`` (converged) or ``max_iter`` M-steps. X is
-    never densified. Deterministic.
+    never densified. Deterministic. ``anneal``: inverse temperatures in (0, 1], one tempered
+    pass each before the EM (module docstring, deterministic annealing); they count in neither
+    ``n_iter`` nor ``history``.
     """
     check_family(family)
     if tol < 0 or max_iter < 0:
         raise ValueError("tol and max_iter must be non-negative")
+    betas = np.asarray(anneal, dtype=float).ravel()
+    if not (np.isfinite(betas).all() and (betas > 0).all() and (betas <= 1).all()):
+        raise ValueError("anneal's inverse temperatures must be in (0, 1]")
     mu0 = np.array(means_init, dtype=float, ndmin=2)
     Xc = as_csr(X, mu0.shape[1])
     check_family_data(Xc, family)
@@ -234,13 +247,21 @@ def fit_mixture_em(
     ST = np.empty((Xc.shape[1], mu.shape[0]))
     nk = np.empty(mu.shape[0])
 
-    def e_step(mu: np.ndarray, om: np.ndarray) -> float:
-        """Σ_i w_i log p(x_i) at (μ, ω); leaves the M-step's statistics in ST, nk."""
+    def e_step(mu: np.ndarray, om: np.ndarray, beta: float = 1.0) -> float:
+        """Σ_i w_i log p(x_i) at (μ, ω) (β = 1); leaves the M-step's statistics in ST, nk.
+        β < 1 tempers the responsibilities, r_ij ∝ exp(β log p(x_i, j)): β scales the linear
+        form, and the returned value is then the tempered one (not a log-likelihood)."""
         A, b = log_linear_params(mu, om, family)
+        if beta != 1.0:
+            A, b = beta * A, beta * b
         ST.fill(0.0)
         nk.fill(0.0)
         return float(_kernels.em_pass(Xc.indptr, Xc.indices, Xc.data, w,
                                       np.ascontiguousarray(A.T), b, const, ST, nk))
+
+    for beta in betas:
+        e_step(mu, om, float(beta))
+        mu, om = _m_step(ST, nk, mu, family)
 
     ll = e_step(mu, om)
     history = [ll]

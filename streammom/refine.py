@@ -31,6 +31,13 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   the spectral fit, so the sums and the tree's growth do not depend on it (steering the young
   trees of long streams with it moved their final ARI either way, BENCHMARKS.md "Short
   streams");
+* annealed restart: under the spectral restart's bound (``RESTART_WORK``), the most likely of
+  those fits starts one more EM whose first passes are tempered
+  (:data:`ANNEAL_BETAS`, deterministic annealing, Ueda & Nakano 1998; see
+  :mod:`streammom.mixture`): the flattened posteriors let its components leave the local
+  optimum the start put them in. When it ends more likely, it becomes the leaves' scores as
+  the k-means start does (the routers stay). On the synthetic code streams of 500 events it
+  finds a higher likelihood on every seed tried (BENCHMARKS.md "Annealed restart");
 * subtree c of node v: π_c = Σ_{l∈c} π_l and μ_c = Σ_{l∈c} a_l μ_l / Σ_{l∈c} a_l with
   a_l = π_l (Bernoulli) or π_l · T1_l / W_l (multinomial: token mass), then
   :func:`streammom.model.map_router` of (μ_c₀, μ_c₁), (π_c₀, π_c₁) (thesis Alg. 4, MAP);
@@ -70,13 +77,18 @@ from streammom.spectral import valid_parameters
 from streammom.split import Split
 from streammom.tree import Node, subtree
 
-__all__ = ["RefinedRouters", "match_components", "principal_bisection", "refine_routers",
-           "spectral_restart", "split_gain"]
+__all__ = ["ANNEAL_BETAS", "RefinedRouters", "match_components", "principal_bisection",
+           "refine_routers", "spectral_restart", "split_gain"]
 
 _CENTRE_FLOOR = 1e-6
 #: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so
 #: about that of 20 EM passes over 4,096 rows of 16 leaves: ≲ 0.1 s at d = 1,024).
 RESTART_WORK = 65_536
+#: The annealed restart's inverse temperatures, one tempered pass each: 6 steps from 0.3 to 1
+#: (geometric), 3 passes a step. Hotter starts (0.1) merged components on the 500-event code
+#: streams; 12 steps of 5 passes found the same fits (BENCHMARKS.md "Annealed restart").
+#: Empty: no annealed restart.
+ANNEAL_BETAS: tuple[float, ...] = tuple(float(b) for b in np.repeat(np.geomspace(0.3, 1.0, 6), 3))
 
 
 @dataclass(frozen=True)
@@ -136,9 +148,9 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     reservoir (the moment routers stay). ``random_state`` seeds the spectral restart's
     whitening (Lanczos start vector) and the k-means start's seedings, so the result is
     deterministic. The routers come from the better of the tree's and the spectral fit; the
-    leaves' scores from the best of those and the k-means fit (module docstring), which runs
-    only while the rows are at least half of ``n_events`` (the events the tree has learned;
-    None: no such bound).
+    leaves' scores from the best of those, the k-means fit, which runs only while the rows are
+    at least half of ``n_events`` (the events the tree has learned; None: no such bound), and
+    the annealed restart from the best of them (module docstring).
     """
     leaf_ids = sorted(nid for nid, v in nodes.items() if v.is_leaf)
     leaves = [nodes[nid] for nid in leaf_ids]
@@ -166,6 +178,12 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                         random_state=random_state, n_events=n_events)  # None: a long stream
     if km is not None and km.log_likelihood > fit.log_likelihood:
         scored = _on_leaves(km, rows, row_weight, label, family)
+    if ANNEAL_BETAS and rows.shape[0] * len(leaves) <= RESTART_WORK:  # annealed, from the best
+        annealed = fit_mixture_em(rows, scored.means, scored.weights, family=family, tol=tol,
+                                  max_iter=max_iter, sample_weight=row_weight,
+                                  anneal=ANNEAL_BETAS)
+        if annealed.log_likelihood > scored.log_likelihood:
+            scored = annealed  # its components are still the leaves' (it started from them)
     mass = fit.weights.copy()
     if family == "multinomial":  # token mass of each leaf: share × mean length
         mass *= np.array([v.acc.t1 / v.acc.weight for v in leaves])
