@@ -78,7 +78,7 @@ from streammom.split import Split
 from streammom.tree import Node, subtree
 
 __all__ = ["ANNEAL_BETAS", "RefinedRouters", "match_components", "principal_bisection",
-           "refine_routers", "spectral_restart", "split_gain"]
+           "refine_routers", "spectral_restart", "split_gain", "subtree_centre"]
 
 _CENTRE_FLOOR = 1e-6
 #: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so
@@ -195,8 +195,7 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
         centres, shares = [], []
         for c in v.children:
             idx = [index[u] for u in subtree(nodes, c) if u in index]  # its leaves
-            a = mass[idx]
-            centres.append(a @ fit.means[idx] / a.sum())
+            centres.append(subtree_centre(fit.means[idx], mass[idx]))
             shares.append(fit.weights[idx].sum())
         routers[nid] = map_router(np.vstack(centres), np.array(shares), family,
                                   floor=_CENTRE_FLOOR)
@@ -204,6 +203,18 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                                             floor=_CENTRE_FLOOR), strict=True))
     return RefinedRouters(routers, scored.n_iter, scored.converged, rows.shape[0],
                           restarted or scored is not fit, scored.log_likelihood, scores)
+
+
+def subtree_centre(means: np.ndarray, mass: np.ndarray) -> np.ndarray:
+    """A subtree's centre, one component standing for its leaves' (means (m, d), masses
+    (m,)): Σ_l a_l μ_l / Σ_l a_l; the plain mean of the μ_l when every a_l is 0 (EM emptied
+    the subtree; its share is then 0, and the router floors it), never 0/0.
+
+    >>> subtree_centre(np.array([[0.2, 0.4], [0.6, 0.8]]), np.array([0.0, 0.0])).tolist()
+    [0.4, 0.6000000000000001]
+    """
+    total = float(mass.sum())
+    return mass @ means / total if total > 0 else means.mean(axis=0)
 
 
 def _on_leaves(alt: MixtureEMResult, rows: sp.csr_array, row_weight: np.ndarray,

@@ -346,6 +346,12 @@ class RefitPass:
             return
         plan = self.plans.get(nid)
         if isinstance(plan, Prune):
+            kept = self._prune_survivor(v, plan)
+            if kept is not None:
+                self._apply(kept.node_id)  # its own plans first (it may be pruned itself)
+            if kept is not None and not kept.is_leaf:
+                self._splice(v, kept, plan)
+                return
             removed = eng._drop_subtree_below(v)
             v.acc.C = plan.full
             v.quality = {}
@@ -380,6 +386,50 @@ class RefitPass:
             self._record("update", v, rerouted=plan.share)
         for c in list(v.children):
             self._apply(c)
+
+    def _prune_survivor(self, v: Node, plan: Prune) -> Node | None:
+        """The child a prune keeps: the heavier one, when the node has weight; None when the
+        whole subtree goes (no weight left)."""
+        if max(plan.child_weights) <= 0:
+            return None
+        heavy = int(np.argmax(plan.child_weights))
+        return self.eng.nodes_[v.children[heavy]]
+
+    def _splice(self, v: Node, kept: Node, plan: Prune) -> None:
+        """Prune v by promoting its heavy internal child ``kept``: kept's children become v's,
+        with kept's router, and the light child's subtree goes (design §5 "prune").
+
+        v's own sums (W, s, T1–T3, T, reservoir) already hold every event of both children,
+        so they stay. C stays exact through v's offset: full C(v) = Σ_{u ∈ subtree(v)} C_u
+        (design §3), so the offset absorbs kept's offset and every C of the light subtree,
+        C_v ← C_v + C_kept + Σ_{u ∈ light} C_u, and full C(v) is unchanged. The promoted
+        subtree keeps its sums, reservoirs and routers: merging back a small child no longer
+        discards the large subtree beside it (a prune of a 2 % leaf on 20 Newsgroups
+        dropped the 13 leaves of its sibling and regrew them from 1,024 reservoir rows,
+        ARI 0.31 → 0.08)."""
+        eng = self.eng
+        light = [n for c in v.children if c != kept.node_id for n in subtree(eng.nodes_, c)]
+        parts = [v.acc.C, kept.acc.C, *(eng.nodes_[n].acc.C for n in light)]
+        if all(isinstance(c, RowGram) for c in parts):
+            offset: Packed = RowGram.concat(parts, v.acc.n_features)
+        else:
+            offset = v.acc.C if isinstance(v.acc.C, np.ndarray) else eng._pool().zeros()
+            for c in parts[0 if offset is not v.acc.C else 1:]:
+                add_into(offset, c)
+        if isinstance(plan.full, np.ndarray) and plan.full is not offset:
+            eng._pool().release(plan.full)
+        for n in subtree(eng.nodes_, kept.node_id)[1:]:
+            eng.nodes_[n].depth -= 1
+        for c in kept.children:
+            eng.nodes_[c].parent = v.node_id
+        v.children, kept.children = kept.children, []
+        v.router, v.discriminators = kept.router, kept.discriminators
+        v.quality, v.backoff = dict(kept.quality), kept.backoff
+        v.acc.C = offset
+        eng._delete_nodes([kept.node_id, *light])
+        self.touched.add(v.node_id)
+        self._record("prune", v, removed=[*light, kept.node_id], promoted=kept.node_id,
+                     child_weights=[float(x) for x in plan.child_weights])
 
     # ------------------------------------------------------------------ grow
     def _leaf_split(self, v: Node) -> tuple[float, Split, float] | None:

@@ -9,6 +9,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from streammom import MomentAccumulator, StreamingHierarchy
 from streammom.datasets import make_hierarchical_bernoulli
+from streammom.packed import dense
 
 
 def _two_regimes(d: int, n1: int, n2: int) -> tuple[sp.csr_array, sp.csr_array, np.ndarray]:
@@ -146,3 +147,41 @@ def test_a_recomputed_split_no_better_than_the_routing_is_not_a_re_split() -> No
     assert not refit._resplit_gains(root, noise, rows)  # routes otherwise, and worse
     root.router = noise
     assert refit._resplit_gains(root, good, rows)  # the other way round: better
+
+
+def test_a_prune_keeps_the_heavy_childs_subtree_and_the_exact_sums() -> None:
+    """A prune whose heavy child is internal promotes that child's subtree (design §5
+    "prune"): its nodes keep their sums and routers one level up, the light child goes, and
+    the node's full C is unchanged (its offset absorbs the removed nodes' C)."""
+    X, _, _ = make_hierarchical_bernoulli(6_000, 200, 4, codes_per_event=10, signal=0.9,
+                                          leaf_weights=np.array([0.1, 0.1, 0.4, 0.4]),
+                                          random_state=5)
+    eng = StreamingHierarchy(200, max_leaves=3, refit_every=None, random_state=0)
+    eng.partial_fit(X)
+    eng.refit()
+    root = eng.nodes_[eng.root_id_]
+    weights = [eng.nodes_[c].acc.weight for c in root.children]
+    light, heavy = (root.children[i] for i in np.argsort(weights))
+    assert eng.nodes_[light].is_leaf and not eng.nodes_[heavy].is_leaf
+    grand = list(eng.nodes_[heavy].children)
+    sums = {g: (eng.nodes_[g].acc.s.copy(), eng.nodes_[g].acc.weight) for g in grand}
+    router = eng.nodes_[heavy].router
+    full_before = dense(eng.node_accumulator(eng.root_id_).C).copy()
+
+    eng.prune_fraction = 0.3  # the root's light child (19 %) is now below it, no other
+    eng.refit()
+    pruned = [r for r in eng.lineage_ if r["event"] == "prune"]
+    assert pruned and pruned[-1]["promoted"] == heavy
+    assert sorted(pruned[-1]["removed"]) == sorted([light, heavy])
+    root = eng.nodes_[eng.root_id_]
+    assert root.children == grand and light not in eng.nodes_ and heavy not in eng.nodes_
+    assert router is not None and root.router is not None
+    for g in grand:
+        v = eng.nodes_[g]
+        assert v.parent == eng.root_id_ and v.depth == 1 and v.is_leaf
+        np.testing.assert_array_equal(v.acc.s, sums[g][0])
+        assert v.acc.weight == sums[g][1]
+    np.testing.assert_allclose(dense(eng.node_accumulator(eng.root_id_).C), full_before,
+                               rtol=1e-12, atol=1e-9)
+    assert eng.model_.n_leaves == 2
+    assert eng.predict(X).shape == (X.shape[0],)

@@ -413,3 +413,19 @@ def test_the_annealed_restart_is_skipped_above_the_restart_work_limit(
     monkeypatch.setattr(refine, "RESTART_WORK", 0)
     refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=5)
     assert calls == [0]  # the tree's EM only
+
+
+def test_an_emptied_subtree_gets_a_finite_centre_and_no_share() -> None:
+    """EM can give every leaf of a subtree zero weight; its collapsed centre was 0/0 (NaN),
+    and a NaN router sends every event one way. Now: the plain mean, share floored."""
+    means = np.array([[0.2, 0.4, 0.1], [0.6, 0.8, 0.3]])
+    np.testing.assert_allclose(refine.subtree_centre(means, np.zeros(2)), [0.4, 0.6, 0.2])
+    np.testing.assert_allclose(refine.subtree_centre(means, np.array([1.0, 3.0])),
+                               [0.5, 0.7, 0.25])
+    from streammom.model import map_router
+
+    router = map_router(np.vstack([refine.subtree_centre(means, np.zeros(2)), means[1]]),
+                        np.array([0.0, 1.0]), "bernoulli", floor=1e-6)
+    X = sp.csr_array(np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]))
+    assert np.isfinite(router.weights).all() and np.isfinite(router.bias).all()
+    assert router.side(X).tolist() == [1, 1]  # the emptied side receives nothing
