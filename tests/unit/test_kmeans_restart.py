@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.metrics import adjusted_rand_score
-
 from engine_checks import assert_same_sums_and_routers
+from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy, refine
 from streammom.datasets import make_hierarchical_bernoulli
