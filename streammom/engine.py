@@ -646,12 +646,16 @@ class StreamingHierarchy(Estimator):
 
     def subtree_rows(self, nid: int) -> RowGram | None:
         """A node's full C as rows — its own and its descendants' row blocks, shared — when
-        every one of them is held as rows and together they are under
-        :func:`~streammom.rowgram.rows_limit`; else None (assemble it packed)."""
+        :meth:`rows_sum` of its subtree allows; else None (assemble it packed)."""
+        return self.rows_sum(subtree(self.nodes_, nid))
+
+    def rows_sum(self, node_ids: list[int]) -> RowGram | None:
+        """The sum of these nodes' C as rows (their row blocks, shared) when every one of them
+        is held as rows and together they are under :func:`~streammom.rowgram.rows_limit`;
+        else None (sum them packed)."""
         assert self.n_features_ is not None
-        nodes = subtree(self.nodes_, nid)
-        rows = [c for n in nodes if isinstance(c := self.nodes_[n].acc.C, RowGram)]
-        if len(rows) < len(nodes) or sum(c.nnz for c in rows) > rows_limit(self.n_features_):
+        rows = [c for n in node_ids if isinstance(c := self.nodes_[n].acc.C, RowGram)]
+        if len(rows) < len(node_ids) or sum(c.nnz for c in rows) > rows_limit(self.n_features_):
             return None
         return RowGram.concat(rows, self.n_features_)
 

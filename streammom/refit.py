@@ -409,13 +409,13 @@ class RefitPass:
         ARI 0.31 → 0.08)."""
         eng = self.eng
         light = [n for c in v.children if c != kept.node_id for n in subtree(eng.nodes_, c)]
-        parts = [v.acc.C, kept.acc.C, *(eng.nodes_[n].acc.C for n in light)]
-        if all(isinstance(c, RowGram) for c in parts):
-            offset: Packed = RowGram.concat(parts, v.acc.n_features)
-        else:
-            offset = v.acc.C if isinstance(v.acc.C, np.ndarray) else eng._pool().zeros()
-            for c in parts[0 if offset is not v.acc.C else 1:]:
-                add_into(offset, c)
+        ids = [v.node_id, kept.node_id, *light]
+        offset: Packed | None = eng.rows_sum(ids)
+        if offset is None:  # packed: into v's own buffer when it is one
+            own = isinstance(v.acc.C, np.ndarray)
+            offset = v.acc.C if own else eng._pool().zeros()
+            for n in ids[1:] if own else ids:
+                add_into(offset, eng.nodes_[n].acc.C)
         if isinstance(plan.full, np.ndarray) and plan.full is not offset:
             eng._pool().release(plan.full)
         for n in subtree(eng.nodes_, kept.node_id)[1:]:

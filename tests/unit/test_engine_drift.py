@@ -8,8 +8,11 @@ import scipy.sparse as sp
 from sklearn.metrics import adjusted_rand_score
 
 from streammom import MomentAccumulator, StreamingHierarchy
+from streammom import engine as engine_module
+from streammom import moments as moments_module
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.packed import dense
+from streammom.rowgram import RowGram
 
 
 def _two_regimes(d: int, n1: int, n2: int) -> tuple[sp.csr_array, sp.csr_array, np.ndarray]:
@@ -149,10 +152,16 @@ def test_a_recomputed_split_no_better_than_the_routing_is_not_a_re_split() -> No
     assert refit._resplit_gains(root, good, rows)  # the other way round: better
 
 
-def test_a_prune_keeps_the_heavy_childs_subtree_and_the_exact_sums() -> None:
+@pytest.mark.parametrize("held", ["rows", "packed"])
+def test_a_prune_keeps_the_heavy_childs_subtree_and_the_exact_sums(
+        held: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A prune whose heavy child is internal promotes that child's subtree (design §5
     "prune"): its nodes keep their sums and routers one level up, the light child goes, and
-    the node's full C is unchanged (its offset absorbs the removed nodes' C)."""
+    the node's full C is unchanged (its offset absorbs the removed nodes' C), whether the
+    offset is kept as rows (every C held as rows: no limit) or summed packed (limit 0)."""
+    limit = 10**12 if held == "rows" else 0
+    for module in (engine_module, moments_module):
+        monkeypatch.setattr(module, "rows_limit", lambda d: limit)
     X, _, _ = make_hierarchical_bernoulli(6_000, 200, 4, codes_per_event=10, signal=0.9,
                                           leaf_weights=np.array([0.1, 0.1, 0.4, 0.4]),
                                           random_state=5)
@@ -170,6 +179,7 @@ def test_a_prune_keeps_the_heavy_childs_subtree_and_the_exact_sums() -> None:
 
     eng.prune_fraction = 0.3  # the root's light child (19 %) is now below it, no other
     eng.refit()
+    assert isinstance(eng.nodes_[eng.root_id_].acc.C, RowGram) == (held == "rows")
     pruned = [r for r in eng.lineage_ if r["event"] == "prune"]
     assert pruned and pruned[-1]["promoted"] == heavy
     assert sorted(pruned[-1]["removed"]) == sorted([light, heavy])
