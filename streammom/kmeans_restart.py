@@ -1,15 +1,15 @@
 """A third start for the refinement of a short stream: k-means on a spectral embedding.
 
-While a stream is short, the refinement's EM (:mod:`streammom.refine`) sees nearly all of
-it: the union of the leaves' reservoirs holds at most :data:`KMEANS_ROWS` rows (and, so that
-the cost stays that of a young refit, at most :data:`KMEANS_WORK` non-zeros × components), and
+While a stream is short, the refinement's EM (:mod:`streammom.refine`) sees nearly all of it:
+the union of the leaves' reservoirs holds at most :data:`KMEANS_ROWS` rows (and, so that the
+cost stays that of a young refit, at most :data:`KMEANS_WORK` non-zeros × components), and
 those rows are at least :data:`KMEANS_MIN_SHARE` of the events the tree has learned (they are
-the stream, not a sample of it: a first batch of 30,000 events leaves 1,024 reservoir rows,
-and that refit skips the start). A
-batch estimator would search such data with restarts. So the refinement fits one more start
-beside the tree's partition and the flat ASVTD estimate. When that fit's weighted
-log-likelihood is the largest, it becomes the leaves' scores, which label the events; the
-routers, and so the sums and the tree's growth, keep following the other two (design §5).
+the stream, not a sample of it: a first batch of 30,000 events leaves 1,024 reservoir rows, and
+that refit skips the start). A batch estimator would search such data with restarts. So the
+refinement fits one more start beside the tree's partition and the flat ASVTD estimate. When
+that fit's weighted log-likelihood is the largest, it becomes the leaves' scores, which label
+the events; the routers, and so the sums and the tree's growth, keep following the other two
+(design §5).
 The start is the classic one for sparse count data, taken from text clustering (Manning,
 Raghavan & Schütze, *Introduction to Information Retrieval*, ch. 16–18):
 
@@ -43,8 +43,7 @@ from streammom.estimators import Family
 from streammom.mixture import MixtureEMResult, fit_mixture_em, partition_sums
 
 __all__ = ["EMBEDDING_DIM", "KMEANS_MIN_SHARE", "KMEANS_ROWS", "KMEANS_WORK", "N_INIT",
-           "kmeans_restart",
-           "spectral_embedding", "weighted_kmeans"]
+           "kmeans_restart", "spectral_embedding", "weighted_kmeans"]
 
 #: The k-means start runs while the refinement's rows are at most this many (an n × n Gram
 #: matrix and its eigenpairs; the default reservoir of one node) …

@@ -22,15 +22,14 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   follows the better mixture. Its cost, one ASVTD and one more EM, is O(nnz · k) per pass, so
   it runs while rows × leaves ≤ ``RESTART_WORK`` (≲ 0.1 s at d = 1,024): on every refit of a
   short stream or a small tree, on the young tree of a long one;
-* k-means start: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS`
-  and at least half the events learned (a short stream, whose reservoirs hold nearly all of
-  it), one more start: k-means on the
-  rows' spectral embedding, then the same EM (:mod:`streammom.kmeans_restart`). When its
-  weighted log-likelihood is the larger, its components (put on the leaves as above) become
-  the leaves' scores, which label the events; the routers below keep following the tree's or
-  the spectral fit, so the sums and the tree's growth do not depend on it (steering the young
-  trees of long streams with it moved their final ARI either way, BENCHMARKS.md "Short
-  streams");
+* k-means start: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS` and
+  at least half the events learned (a short stream, whose reservoirs hold nearly all of it),
+  one more start: k-means on the rows' spectral embedding, then the same EM
+  (:mod:`streammom.kmeans_restart`). When its weighted log-likelihood is the larger, its
+  components (put on the leaves as above) become the leaves' scores, which label the events;
+  the routers below keep following the tree's or the spectral fit, so the sums and the tree's
+  growth do not depend on it (steering the young trees of long streams with it moved their
+  final ARI either way, BENCHMARKS.md "Short streams");
 * annealed restart: under the spectral restart's bound (``RESTART_WORK``), the most likely of
   those fits starts one more EM whose first passes are tempered
   (:data:`ANNEAL_BETAS`, deterministic annealing, Ueda & Nakano 1998; see
