@@ -10,7 +10,8 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   each leaf's weighted mean and share of its rows; a leaf that receives no row starts from its
   exact sums, μ_l = s_l / W_l (Bernoulli) or s_l / T1_l (multinomial), π_l ∝ W_l;
 * EM (:func:`streammom.mixture.fit_mixture_em`, thesis ch. 4 §4.4 / ch. 6 §6.3) on the
-  reservoir rows, each row weighted W_l / |reservoir_l| (it stands for that many events);
+  reservoir rows, each row weighted W_l / |reservoir_l| (it stands for that many events),
+  at most ``max_iter`` passes and passes × rows ≤ :data:`EM_WORK` (:func:`em_passes`);
 * spectral restart: the tree's partition is one local optimum, fixed by the order the stream
   arrived in (which clusters the first refits split off). The same rows also get the flat
   estimate of :class:`streammom.spectral.SpectralMixture` — ASVTD of the k-component mixture
@@ -76,13 +77,18 @@ from streammom.spectral import valid_parameters
 from streammom.split import Split
 from streammom.tree import Node, subtree
 
-__all__ = ["ANNEAL_BETAS", "RefinedRouters", "match_components", "principal_bisection",
-           "refine_routers", "spectral_restart", "split_gain", "subtree_centre"]
+__all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "RefinedRouters", "em_passes",
+           "match_components", "principal_bisection", "refine_routers", "spectral_restart",
+           "split_gain", "subtree_centre"]
 
 _CENTRE_FLOOR = 1e-6
 #: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so
 #: about that of 20 EM passes over 4,096 rows of 16 leaves: ≲ 0.1 s at d = 1,024).
 RESTART_WORK = 65_536
+#: The refinement's EM work bound, passes × rows: 100 passes up to 8,192 rows, fewer above
+#: (a long stream's many-leaf reservoirs), at least EM_MIN_PASSES.
+EM_WORK = 819_200
+EM_MIN_PASSES = 20
 #: The annealed restart's inverse temperatures, one tempered pass each: 6 steps from 0.3 to 1
 #: (geometric), 3 passes a step. Hotter starts (0.1) merged components on the 500-event code
 #: streams; 12 steps of 5 passes found the same fits (BENCHMARKS.md "Annealed restart").
@@ -163,8 +169,8 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                                  for v, b in zip(leaves, blocks, strict=True)])
     label = np.searchsorted(np.array(leaf_ids), _route_rows(nodes, root_id, rows))
     mu0, pi0 = _start(rows, row_weight, label, leaves, family)
-    fit = fit_mixture_em(rows, mu0, pi0, family=family, tol=tol, max_iter=max_iter,
-                         sample_weight=row_weight)
+    fit = fit_mixture_em(rows, mu0, pi0, family=family, tol=tol,
+                         max_iter=em_passes(max_iter, rows.shape[0]), sample_weight=row_weight)
     alt = None if rows.shape[0] * len(leaves) > RESTART_WORK else spectral_restart(
         rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
         random_state=random_state)
@@ -202,6 +208,12 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                                             floor=_CENTRE_FLOOR), strict=True))
     return RefinedRouters(routers, scored.n_iter, scored.converged, rows.shape[0],
                           restarted or scored is not fit, scored.log_likelihood, scores)
+
+
+def em_passes(max_iter: int, n_rows: int) -> int:
+    """The refinement's EM passes over ``n_rows`` rows: ``max_iter``, capped so that
+    passes × rows ≤ :data:`EM_WORK` (never below :data:`EM_MIN_PASSES`)."""
+    return min(max_iter, max(EM_MIN_PASSES, EM_WORK // max(n_rows, 1)))
 
 
 def subtree_centre(means: np.ndarray, mass: np.ndarray) -> np.ndarray:

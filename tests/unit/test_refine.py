@@ -269,6 +269,28 @@ def test_the_restart_is_skipped_above_its_work_limit(monkeypatch: pytest.MonkeyP
     assert calls == [n_rows]
 
 
+def test_the_refinement_em_is_capped_in_work_not_below_its_floor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert refine.em_passes(100, 1_000) == 100  # small reservoirs: every pass
+    assert refine.em_passes(100, 16_384) == refine.EM_WORK // 16_384  # 50: passes × rows bounded
+    assert refine.em_passes(100, 10 ** 9) == refine.EM_MIN_PASSES
+    assert refine.em_passes(7, 10 ** 9) == 7  # never above max_iter
+    eng, _, _ = _scrambled(seed=8)
+    passes: list[tuple[int, int]] = []
+    real = refine.fit_mixture_em
+    monkeypatch.setattr(refine, "fit_mixture_em", lambda rows, *a, **k: passes.append(
+        (rows.shape[0], k["max_iter"])) or real(rows, *a, **k))
+    monkeypatch.setattr(refine, "EM_MIN_PASSES", 3)
+    refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=100)
+    n_rows, first = passes[0]  # the tree's EM
+    assert first == min(100, refine.EM_WORK // n_rows)
+    passes.clear()
+    monkeypatch.setattr(refine, "EM_WORK", n_rows * 5)
+    refined = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=100)
+    assert passes[0] == (n_rows, 5)
+    assert refined is not None and refined.n_iter <= 100
+
+
 def test_match_components_keeps_each_leaf_on_the_component_that_holds_its_rows() -> None:
     label = np.repeat([0, 1, 2], 10)
     component = np.repeat([2, 0, 1], 10)
