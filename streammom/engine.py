@@ -164,7 +164,9 @@ class StreamingHierarchy(Estimator):
         log2(1/(1 − cap)) half-lives of the node's own events.
     resplit_threshold : float in [0, 1], default 0.25
         Share of a node's reservoir that must change child under the recomputed router for
-        the subtree to be rebuilt (below it the router is updated in place).
+        the subtree to be rebuilt (below it the router is updated in place); the recomputed
+        split must also explain the reservoir significantly better than the current routing
+        (a paired z-test, ``refit.RESPLIT_Z``; design §5).
     prune_fraction : float in [0, 0.5), default 0.02
         A node's children are merged back when one has < this fraction of the node's weight.
     min_child_fraction : float in [0, 0.5), default 0.05

@@ -78,8 +78,8 @@ from streammom.split import Split
 from streammom.tree import Node, subtree
 
 __all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "RefinedRouters", "em_passes",
-           "match_components", "principal_bisection", "refine_routers", "spectral_restart",
-           "split_gain", "subtree_centre"]
+           "gains_significantly", "match_components", "principal_bisection", "refine_routers",
+           "spectral_restart", "split_gain", "split_gain_rows", "subtree_centre"]
 
 _CENTRE_FLOOR = 1e-6
 #: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so
@@ -270,6 +270,25 @@ def match_components(label: np.ndarray, component: np.ndarray, row_weight: np.nd
     return order
 
 
+def split_gain_rows(X: sp.csr_array, side: np.ndarray, family: Family) -> np.ndarray:
+    """Each row's term of :func:`split_gain`: log π_{c_i} + log p(x_i | μ_{c_i}) − log p(x_i | μ)
+    (all 0 when a side is empty: the split adds nothing)."""
+    n = X.shape[0]
+    sums, counts = partition_sums(X, np.ones(n), side, 2)
+    if counts.min() == 0:
+        return np.zeros(n)
+    total = sums.sum(axis=0, keepdims=True)
+    if family == "multinomial":
+        den, den_all = sums.sum(axis=1), total.sum(axis=1)
+    else:
+        den, den_all = counts, np.array([float(n)])
+    mu = sums / np.maximum(den, np.finfo(float).tiny)[:, None]
+    mu_all = total / max(float(den_all[0]), np.finfo(float).tiny)
+    two = log_likelihood_matrix(X, mu, counts / n, family)[np.arange(n), side]
+    one = log_likelihood_matrix(X, mu_all, [1.0], family)[:, 0]
+    return two - one
+
+
 def split_gain(X: sp.csr_array, side: np.ndarray, family: Family, weight: float) -> float:
     """The log-likelihood a split adds, estimated on a node's reservoir rows ``X``:
 
@@ -283,19 +302,26 @@ def split_gain(X: sp.csr_array, side: np.ndarray, family: Family, weight: float)
     n = X.shape[0]
     if n == 0:
         return 0.0
-    sums, counts = partition_sums(X, np.ones(n), side, 2)
-    if counts.min() == 0:
-        return 0.0
-    total = sums.sum(axis=0, keepdims=True)
-    if family == "multinomial":
-        den, den_all = sums.sum(axis=1), total.sum(axis=1)
-    else:
-        den, den_all = counts, np.array([float(n)])
-    mu = sums / np.maximum(den, np.finfo(float).tiny)[:, None]
-    mu_all = total / max(float(den_all[0]), np.finfo(float).tiny)
-    two = log_likelihood_matrix(X, mu, counts / n, family)[np.arange(n), side]
-    one = log_likelihood_matrix(X, mu_all, [1.0], family)[:, 0]
-    return float(weight / n * (two - one).sum())
+    return float(weight / n * split_gain_rows(X, side, family).sum())
+
+
+def gains_significantly(new_rows: np.ndarray, old_rows: np.ndarray, z: float) -> bool:
+    """Whether one split's per-row gains (:func:`split_gain_rows`) beat another's on the same
+    rows by a one-sided paired z-test: mean(δ) > z · sd(δ) / √n with δ_i = new_i − old_i.
+    Two rows or fewer, or δ constant: the plain comparison mean(δ) > 0.
+
+    >>> rng = np.random.default_rng(0)
+    >>> old = rng.normal(size=1000)
+    >>> gains_significantly(old + 0.5, old, 2.0), gains_significantly(old + 0.01, old - 0.01
+    ...     + rng.normal(size=1000), 2.0)
+    (True, False)
+    """
+    delta = np.asarray(new_rows, dtype=float) - np.asarray(old_rows, dtype=float)
+    mean = float(delta.mean()) if delta.size else 0.0
+    if delta.size <= 2:
+        return mean > 0
+    sd = float(delta.std(ddof=1))
+    return bool(mean > z * sd / np.sqrt(delta.size)) if sd > 0 else mean > 0
 
 
 def principal_bisection(split: Split, X: sp.csr_array, seed: int, n_iter: int = 30) -> Split:

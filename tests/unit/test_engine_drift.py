@@ -152,6 +152,36 @@ def test_a_recomputed_split_no_better_than_the_routing_is_not_a_re_split() -> No
     assert refit._resplit_gains(root, good, rows)  # the other way round: better
 
 
+def test_a_re_split_must_gain_significantly_not_only_on_average(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-split test is a paired z-test over the node's reservoir rows (design §5): the
+    drift's re-splits of the test above clear it at the shipped ``RESPLIT_Z``; a bar no gain
+    clears refuses every one of them, and the subtree then stays as it was."""
+    import streammom.refit as refit_module
+    from streammom.refine import gains_significantly
+
+    d, batch = 200, 500
+    X1, X2, _ = _two_regimes(d, 10_000, 10_000)
+
+    def re_splits() -> int:
+        eng = StreamingHierarchy(d, max_depth=2, half_life=1_000, refit_every=batch,
+                                 min_split_weight=100.0, random_state=0)
+        for X in (X1, X2):
+            for s in range(0, X.shape[0], batch):
+                eng.learn(X[s : s + batch])
+        return sum(r["event"] == "re-split" for r in eng.lineage_)
+
+    assert re_splits() > 0
+    monkeypatch.setattr(refit_module, "RESPLIT_Z", 1e9)
+    assert re_splits() == 0
+    rng = np.random.default_rng(0)
+    old = rng.normal(size=500)
+    assert gains_significantly(old + 0.2, old, 2.0)  # every row gains: significant
+    noise = rng.normal(size=500)
+    noisy = old + 0.02 + (noise - noise.mean())  # higher on average, within the noise
+    assert noisy.mean() > old.mean() and not gains_significantly(noisy, old, 2.0)
+
+
 @pytest.mark.parametrize("held", ["rows", "packed"])
 def test_a_prune_keeps_the_heavy_childs_subtree_and_the_exact_sums(
         held: str, monkeypatch: pytest.MonkeyPatch) -> None:
