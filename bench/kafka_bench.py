@@ -71,12 +71,11 @@ def drive(worker: Worker, done: Callable[[], bool],
     worker is shut down after.
     """
     worker.restore()
-    w = worker.settings.worker
     t0: float | None = None
     last: float | None = None
     stall = 0.0
     while not done():
-        records = worker.source.poll(worker.poll_max_records, w.poll_timeout_s)
+        records = worker.source.poll(worker.poll_max_records, worker.poll_timeout())
         now = time.perf_counter()
         if t0 is not None and last is not None:
             stall = max(stall, now - last)

@@ -424,7 +424,8 @@ class WorkerSettings(_Section):
     )
     refit_max_held_events: int = Field(
         default=50_000, ge=1,
-        description="events read and held at most while a refit runs; then the loop waits",
+        description=("events read and held at most while a refit runs; then the input is "
+                     "paused (the loop goes on polling) until the refit is back"),
     )
     refit_timeout_s: float = Field(
         default=600.0, gt=0,

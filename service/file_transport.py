@@ -50,6 +50,7 @@ class FileSource:
         self._stream: bool | None = None  # pipe/terminal: non-blocking line reads
         self._buf = b""
         self._eof = False
+        self.paused = False
 
     @property
     def _tp(self) -> TopicPartition:
@@ -62,11 +63,19 @@ class FileSource:
                 self.on_assign([self._tp])
         return self._fh
 
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         fh = self._open()
         if self._stream is None:
             self._stream = not _is_regular(fh)
         out: list[Record] = []
+        if self.paused:
+            return out
         topic = self.topic
         readline = self._read_stream_line if self._stream else (lambda _deadline: fh.readline())
         deadline = time.monotonic() + timeout_s

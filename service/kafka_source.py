@@ -63,6 +63,7 @@ class KafkaSource:
         self._assigned: set[TopicPartition] = set()
         self._assigned_lock = threading.Lock()  # mutated on the IO thread, read by /readyz
         self._positions: dict[TopicPartition, int] = {}
+        self._paused = False
         self._closed = False
         self._last_commit: dict[Any, Any] | None = None
         self._down_since: float | None = None
@@ -125,6 +126,8 @@ class KafkaSource:
     def _on_assigned(self, tps: list[TopicPartition]) -> None:
         with self._assigned_lock:
             self._assigned.update(tps)
+        if self._paused and self._consumer is not None:  # gained while paused: paused too
+            self._consumer.pause(*(KafkaTP(t, p) for t, p in tps))
         if self.on_assign is not None:
             self.on_assign(tps)
 
@@ -137,8 +140,30 @@ class KafkaSource:
             self.on_revoke(tps)
 
     # -------------------------------------------------------------- port
+    def pause(self) -> None:
+        """``KafkaConsumer.pause`` of every assigned partition, and of every partition assigned
+        later (at the rebalance, :meth:`_on_assigned`, and before each poll). The client keeps
+        what it had fetched for them and returns it after :meth:`resume`."""
+        self._paused = True
+        if self._consumer is not None:
+            self._pause_assigned(self._consumer)
+
+    def resume(self) -> None:
+        self._paused = False
+        consumer = self._consumer
+        if consumer is not None and consumer.paused():
+            consumer.resume(*consumer.paused())
+
+    @staticmethod
+    def _pause_assigned(consumer: KafkaConsumer) -> None:
+        unpaused = consumer.assignment() - consumer.paused()
+        if unpaused:
+            consumer.pause(*unpaused)
+
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         consumer = self._ensure()
+        if self._paused:
+            self._pause_assigned(consumer)
         try:
             batches = consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except kerrors.CorruptRecordError as exc:

@@ -96,6 +96,7 @@ class MemorySource:
         self._positions: dict[TopicPartition, int] = {}
         self._assigned = False
         self._rr = 0
+        self.paused = False
         self.closed = False
 
     def _ensure_assigned(self) -> None:
@@ -110,10 +111,18 @@ class MemorySource:
         if self.on_assign is not None:
             self.on_assign(tps)
 
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         self.broker._check()
         self._ensure_assigned()
         out: list[Record] = []
+        if self.paused:
+            return out
         parts = self.broker.topics[self.topic]
         n = len(parts)
         # round-robin over partitions, a contiguous run per partition (like a fetch)

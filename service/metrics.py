@@ -91,6 +91,17 @@ class WorkerMetrics:
             "process, or the events it held are being caught up.",
             registry=r,
         )
+        self.input_paused = Gauge(
+            "streammom_input_paused",
+            "1 while the input is paused: a refit runs in the helper and the events held meanwhile "
+            "are at worker.refit_max_held_events (backpressure; the loop keeps polling).",
+            registry=r,
+        )
+        self.input_paused_seconds = Counter(
+            "streammom_input_paused_seconds_total",
+            "Time the input spent paused for backpressure (streammom_input_paused).",
+            registry=r,
+        )
         self.refit_process_failures = Counter(
             "streammom_refit_process_failures_total",
             "Refits the helper process failed (died, errored or timed out); each was done on "

@@ -72,6 +72,16 @@ class Source(Protocol):
         """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first."""
         ...
 
+    def pause(self) -> None:
+        """Stop returning records, from every partition assigned now or later, until
+        :meth:`resume`; polls go on returning nothing, positions and group membership are
+        kept (backpressure: the worker pauses while the events it holds are at their bound)."""
+        ...
+
+    def resume(self) -> None:
+        """Return records again from where each partition stood (idempotent)."""
+        ...
+
     def assignment(self) -> set[TopicPartition]:
         """Partitions currently assigned."""
         ...

@@ -60,6 +60,10 @@ _log = logging.getLogger("streammom.worker")
 EXIT_CANNOT_START = 2
 MESSAGE_OVERHEAD_BYTES = 4096  # record + batch headers, key, message headers
 
+#: While the input is paused (backpressure), the loop waits at most this long for the helper's
+#: refit between two polls, so it keeps polling, beating and exporting the lag.
+PAUSED_WAIT_S = 0.05
+
 
 @dataclass
 class BatchResult:
@@ -153,6 +157,7 @@ class Worker:
                                                timeout_s=w.refit_timeout_s)
             self._refit_process.start()
         self._batch: BatchResult | None = None  # the batch being processed
+        self._paused_since: float | None = None  # input paused for backpressure since
         self.offsets: dict[TopicPartition, int] = {}
         self.counters: dict[str, Any] = {"processed": 0, "rejected": {}, "assignments": 0,
                                          "model_epoch": int(time.time() * 1000)}
@@ -401,7 +406,7 @@ class Worker:
         while not self.stop_event.is_set():
             self._beat()
             try:
-                records = self.source.poll(self.poll_max_records, w.poll_timeout_s)
+                records = self.source.poll(self.poll_max_records, self.poll_timeout())
             except TransportError as exc:
                 self.broker.report(False, exc)
                 self._backoff_sleep(backoff)
@@ -531,6 +536,45 @@ class Worker:
         if failures:
             self.metrics.refit_process_failures.inc(failures)
             self._refit_failures_seen = refits.helper_failures
+        self._backpressure(refits)
+
+    def _backpressure(self, refits: BackgroundRefits) -> None:
+        """Pause the input while a refit runs in the helper and the next batch would take the
+        events held past ``worker.refit_max_held_events``; resume when it fits (design §6).
+
+        The bound keeps the held events' memory in check. Without the pause the next batch
+        would wait inside :meth:`BackgroundRefits.learn` for the refit (0.3–1 s on a backlog:
+        no poll, heartbeat or lag export meanwhile); paused, the loop goes on polling (nothing
+        comes), waiting for the helper in slices of :data:`PAUSED_WAIT_S`
+        (:meth:`poll_timeout`), and collects the refit as soon as it ends. What the worker
+        learns and assigns is unchanged: the batches are cut at the same aligned offsets."""
+        full = refits.pending and (refits.held_events + self.poll_max_records
+                                   > refits.max_held_events)
+        if full == (self._paused_since is not None):
+            return
+        now = time.monotonic()
+        if full:
+            self.source.pause()
+            self._paused_since = now
+        else:
+            self.source.resume()
+            assert self._paused_since is not None
+            self.metrics.input_paused_seconds.inc(now - self._paused_since)
+            self._paused_since = None
+        self.metrics.input_paused.set(int(full))
+        _log.debug("input paused" if full else "input resumed",
+                   extra={"held_events": refits.held_events})
+
+    def poll_timeout(self) -> float:
+        """The next source poll's timeout: ``worker.poll_timeout_s``, or 0 while the input is
+        paused, after waiting up to :data:`PAUSED_WAIT_S` for the helper's refit and collecting
+        it if it ended (the idle step after the empty poll learns the held batches into it)."""
+        refits = self._refits
+        if self._paused_since is None or refits is None:
+            return self.settings.worker.poll_timeout_s
+        if refits.poll(timeout=PAUSED_WAIT_S):
+            self._observe_refits()  # collected: resume once the held events fit again
+        return 0.0
 
     def _catch_up(self, *, wait: bool) -> bool:
         """Learn the held events and flush their assignments: after swapping in a refit the
@@ -539,7 +583,10 @@ class Worker:
         every event whose offset the worker has advanced past). False if the flush failed
         past the shutdown deadline."""
         refits = self._refits
-        if refits is None or not refits.holding:
+        if refits is None:
+            return True
+        if not refits.holding:
+            self._observe_refits()  # a refit collected with nothing held: resume the input
             return True
         if wait:
             refits.settle()

@@ -23,9 +23,10 @@ long the refit took.
 The catching up is spread over the next calls: each learns held batches worth twice its own
 batch, and its own batch joins the queue until the queue is empty, so no call pays for the
 whole window. At most ``max_held_events`` are held; past that :meth:`BackgroundRefits.learn`
-waits (bounded memory). A helper that is not ready yet (it is starting) or that failed leaves
-the refit to the caller's thread, so nothing is ever lost or skipped; a helper that failed is
-started again at the next refit.
+waits (bounded memory, counted in ``learn_waits``; a caller that reads its input can pause it
+before that: :attr:`BackgroundRefits.pending` and ``held_events`` tell when). A helper that
+is not ready yet (it is starting) or that failed leaves the refit to the caller's thread, so
+nothing is ever lost or skipped; a helper that failed is started again at the next refit.
 
 >>> from streammom import StreamingHierarchy, Vocabulary
 >>> from streammom.datasets import make_hierarchical_bernoulli
@@ -79,7 +80,8 @@ class BackgroundRefits:
     binary : bool, default True
         How events become rows (:meth:`~streammom.vocab.Vocabulary.transform`): 0/1 or counts.
     max_held_events : int >= 1, default 50_000
-        Events held at most while a refit runs; the next batch waits for the refit.
+        Events held at most while a refit runs; the next batch waits for the refit
+        (``learn_waits`` counts those waits).
     labels : {"after_refit", "current"}, default "after_refit"
         When a held batch gets its labels: ``"after_refit"`` when it is learned, from the
         model it is learned with (the labels of inline refits, byte for byte); ``"current"``
@@ -113,6 +115,7 @@ class BackgroundRefits:
         self.held_events = 0  # events held, waiting to be learned
         self.helper_refits = 0  # refits collected from the helper
         self.helper_failures = 0  # every failure of the helper, counted (metrics)
+        self.learn_waits = 0  # learn calls that waited for the helper (held events at bound)
         self._consecutive_failures = 0
         self._held: deque[tuple[Any, np.ndarray | None, Any, bool]] = deque()
         self._pending = False
@@ -140,6 +143,7 @@ class BackgroundRefits:
         self.drain(2 * n)
         while self.holding and self.held_events + n > self.max_held_events:
             if self._pending:
+                self.learn_waits += 1
                 self.poll(timeout=None)
             else:
                 self.drain(self.held_events + n - self.max_held_events)

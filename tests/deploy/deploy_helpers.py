@@ -27,6 +27,8 @@ CONTRACT_METRICS: dict[str, str] = {
     "streammom_refit_duration_seconds": "histogram",
     "streammom_last_refit_timestamp_seconds": "gauge",
     "streammom_refit_held_events": "gauge",
+    "streammom_input_paused": "gauge",
+    "streammom_input_paused_seconds_total": "counter",
     "streammom_refit_process_failures_total": "counter",
     "streammom_tree_leaves": "gauge",
     "streammom_tree_depth": "gauge",

@@ -12,7 +12,8 @@ import pytest
 from memory_harness import IN, fill_cohort, memory_worker, small_settings
 
 from service.checkpoint import CheckpointStore
-from service.memory_transport import MemoryBroker
+from service.memory_transport import MemoryBroker, MemorySink, MemorySource
+from service.metrics import WorkerMetrics
 from service.worker import Worker
 
 N = 6_000
@@ -106,3 +107,49 @@ def test_every_checkpoint_covers_its_offsets(tmp_path: Path, labels: str) -> Non
     assert worker.shutdown() == 0
     stored = CheckpointStore(worker.store.directory).load()
     assert stored is not None and stored.engine().n_events_seen_ == N
+
+
+class _SourceIgnoringPause(MemorySource):
+    """A control: a source on which ``pause`` does nothing."""
+
+    def pause(self) -> None:
+        pass
+
+
+def _bounded_run(tmp_path: Path, name: str, source: type[MemorySource]
+                 ) -> tuple[Worker, MemoryBroker]:
+    """The helper, labels ``current``, and a held-events bound below one batch: every refit
+    sent to the helper reaches the bound at once."""
+    settings = small_settings(tmp_path, name, worker={"refit_process": True,
+                                                      "refit_labels": "current",
+                                                      "refit_max_held_events": 1})
+    broker = MemoryBroker()
+    fill_cohort(broker, N)
+    worker = Worker(settings, source(broker, IN), MemorySink(broker), metrics=WorkerMetrics(),
+                    exit_when_idle=True)
+    assert worker.run() == 0
+    return worker, broker
+
+
+def test_at_the_held_events_bound_the_input_pauses_and_the_loop_does_not_wait(
+        tmp_path: Path) -> None:
+    """Backpressure: while a refit runs in the helper with the held events at
+    ``refit_max_held_events``, the worker pauses its input and keeps polling instead of
+    waiting inside ``learn``; the state and the assignments are those of refits on the loop."""
+    inline, inline_broker = _run(tmp_path, "inline", helper=False)
+    paused, broker = _bounded_run(tmp_path, "paused", MemorySource)
+    refits = paused._refits
+    assert refits is not None and refits.helper_refits >= 2 and refits.helper_failures == 0
+    assert refits.learn_waits == 0  # the loop never blocked on the helper
+    text = paused.metrics.registry.get_sample_value
+    assert text("streammom_input_paused_seconds_total") > 0
+    assert text("streammom_input_paused") == 0.0 and not paused.source.paused
+    assert paused.engine.snapshot() == inline.engine.snapshot()
+    got = [json.loads(r.value)["event_id"] for r in broker.records(paused.topics.assignments)]
+    want = [json.loads(r.value)["event_id"]
+            for r in inline_broker.records(inline.topics.assignments)]
+    assert got == want  # every event assigned once, in order
+    # the control: a source that cannot pause makes learn wait for the helper
+    deaf, _ = _bounded_run(tmp_path, "deaf", _SourceIgnoringPause)
+    assert deaf._refits is not None and deaf._refits.learn_waits > 0
+    assert deaf.engine.snapshot() == inline.engine.snapshot()
