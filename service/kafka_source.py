@@ -151,8 +151,9 @@ class KafkaSource:
     def resume(self) -> None:
         self._paused = False
         consumer = self._consumer
-        if consumer is not None and consumer.paused():
-            consumer.resume(*consumer.paused())
+        paused = consumer.paused() if consumer is not None else set()
+        if consumer is not None and paused:
+            consumer.resume(*paused)
 
     @staticmethod
     def _pause_assigned(consumer: KafkaConsumer) -> None:

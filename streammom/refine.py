@@ -171,7 +171,8 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     mu0, pi0 = _start(rows, row_weight, label, leaves, family)
     fit = fit_mixture_em(rows, mu0, pi0, family=family, tol=tol,
                          max_iter=em_passes(max_iter, rows.shape[0]), sample_weight=row_weight)
-    alt = None if rows.shape[0] * len(leaves) > RESTART_WORK else spectral_restart(
+    restarts = rows.shape[0] * len(leaves) <= RESTART_WORK  # spectral and annealed
+    alt = None if not restarts else spectral_restart(
         rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
         random_state=random_state)
     restarted = False
@@ -183,7 +184,7 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                         random_state=random_state, n_events=n_events)  # None: a long stream
     if km is not None and km.log_likelihood > fit.log_likelihood:
         scored = _on_leaves(km, rows, row_weight, label, family)
-    if ANNEAL_BETAS and rows.shape[0] * len(leaves) <= RESTART_WORK:  # annealed, from the best
+    if ANNEAL_BETAS and restarts:  # annealed, from the best fit so far
         annealed = fit_mixture_em(rows, scored.means, scored.weights, family=family, tol=tol,
                                   max_iter=max_iter, sample_weight=row_weight,
                                   anneal=ANNEAL_BETAS)

@@ -363,9 +363,9 @@ class RefitPass:
             kept = self._prune_survivor(v, plan)
             if kept is not None:
                 self._apply(kept.node_id)  # its own plans first (it may be pruned itself)
-            if kept is not None and not kept.is_leaf:
-                self._splice(v, kept, plan)
-                return
+                if not kept.is_leaf:
+                    self._splice(v, kept, plan)
+                    return
             removed = eng._drop_subtree_below(v)
             v.acc.C = plan.full
             v.quality = {}
