@@ -21,14 +21,16 @@ collector's collections (generations 0, 1, 2) and pauses over the daemon's timed
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import resource
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ from daemon_throughput import run_bare
 from kafka_bench import create_topics, daemon_worker, drive, kafka_bootstrap, produce
 
 from service.config import load_settings
+from service.malloc_arenas import cap_malloc_arenas
 
 N_CODES, N_GROUPS, FAVOURED = 5_000, 8, 100
 
@@ -101,10 +104,12 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
         helper_hwm: list[float] = []
 
         pauses = CollectorPauses()
+        memory = ProcessMemory(lambda: _helper_pid(worker))
 
         def started() -> bool:
             if not cpu_at_start:
                 pauses.start()
+                memory.start()
             cpu_at_start.append(time.process_time())
             return True
 
@@ -118,6 +123,7 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
             seconds, stall = drive(worker, done, started)
         finally:
             pauses.stop()
+            memory.stop()
         cpu = time.process_time() - cpu_at_start[0]  # every thread's, shutdown included
         helper_cpu = _children_cpu() - children_before  # the refit process, start-up included
         engine = worker.engine
@@ -125,6 +131,9 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
         return {"daemon_events_per_s": n / seconds, "longest_stall_s": stall,
                 "cpu_us_per_event": 1e6 * cpu / n, "helper_cpu_s": helper_cpu,
                 "helper_peak_rss_mb": helper_hwm[0] if helper_hwm else 0.0,
+                "daemon_peak_rss_mb": memory.peak_rss_mb,
+                "peak_rss_both_mb": memory.peak_rss_both_mb,
+                "peak_pss_both_mb": memory.peak_pss_both_mb,
                 "helper_refits": refits.helper_refits if refits is not None else 0,
                 "refits": worker.refits, "leaves": int(engine.model_.n_leaves),
                 "vocabulary": len(engine.vocabulary),
@@ -156,6 +165,66 @@ class CollectorPauses:
             gc.callbacks.remove(self._observe)
 
 
+class ProcessMemory:
+    """The daemon's memory while it runs, sampled every ``interval_s`` by a thread: this
+    process's peak RSS over the daemon's run alone (``VmHWM``, reset at the start with
+    ``/proc/self/clear_refs``, so the producer and the bare loop before it do not count), and
+    the peaks of this process and the refit helper together — as RSS summed (the shared
+    libraries' pages counted in both) and as PSS summed (``smaps_rollup``: each shared page
+    split between the processes mapping it; what the two take of the machine's memory)."""
+
+    def __init__(self, helper_pid: Callable[[], int | None], interval_s: float = 0.2) -> None:
+        self._helper_pid = helper_pid
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-memory", daemon=True)
+        self.peak_rss_both_mb = 0.0
+        self.peak_pss_both_mb = 0.0
+        self.peak_rss_mb = 0.0
+
+    def start(self) -> None:
+        with contextlib.suppress(OSError):
+            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM (Linux ≥ 4.0)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.peak_rss_mb = _status_kb("self", "VmHWM") / 1024
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            pids = ["self"] + [str(p) for p in [self._helper_pid()] if p is not None]
+            rss = sum(_status_kb(p, "VmRSS") for p in pids) / 1024
+            pss = sum(_rollup_kb(p, "Pss") for p in pids) / 1024
+            self.peak_rss_both_mb = max(self.peak_rss_both_mb, rss)
+            self.peak_pss_both_mb = max(self.peak_pss_both_mb, pss)
+
+
+def _status_kb(pid: str, field: str) -> int:
+    return _proc_kb(f"/proc/{pid}/status", field)
+
+
+def _rollup_kb(pid: str, field: str) -> int:
+    return _proc_kb(f"/proc/{pid}/smaps_rollup", field)
+
+
+def _proc_kb(path: str, field: str) -> int:
+    """A ``field:  <n> kB`` line of a /proc file, 0 when the process or the field is gone."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in text.splitlines()
+                 if line.startswith(field + ":")), 0)
+
+
+def _helper_pid(worker: Any) -> int | None:
+    process = worker._refit_process
+    return process.pid if process is not None else None
+
+
 def _children_cpu() -> float:
     """CPU seconds of this process's children that have ended (the refit process, once the
     worker's shutdown has stopped it; the broker runs on)."""
@@ -165,16 +234,8 @@ def _children_cpu() -> float:
 
 def _helper_peak_rss_mb(worker: Any) -> float:
     """Peak RSS (VmHWM) of the worker's refit process, 0 when it has none."""
-    pid = worker._refit_process.pid if worker._refit_process is not None else None
-    if pid is None:
-        return 0.0
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0.0
-    kb = next((int(line.split()[1]) for line in status.splitlines()
-               if line.startswith("VmHWM:")), 0)
-    return kb / 1024
+    pid = _helper_pid(worker)
+    return 0.0 if pid is None else _status_kb(str(pid), "VmHWM") / 1024
 
 
 def main() -> None:
@@ -183,6 +244,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--bootstrap", default=None)
     args = ap.parse_args()
+    # as `streammom run` does at its start, before any Kafka client's thread
+    cap_malloc_arenas(load_settings().worker.malloc_arenas)
     with kafka_bootstrap(args.bootstrap) as bootstrap:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         create_topics(bootstrap, {topic: (args.partitions, False)})
@@ -198,6 +261,8 @@ def main() -> None:
         "longest_stall_s": round(daemon["longest_stall_s"], 3), "peak_rss_mb": round(rss_mb),
         "daemon_cpu_us_per_event": round(daemon["cpu_us_per_event"], 1),
         "helper_peak_rss_mb": round(daemon["helper_peak_rss_mb"]),
+        **{k: round(daemon[k]) for k in ("daemon_peak_rss_mb", "peak_rss_both_mb",
+                                         "peak_pss_both_mb")},
         "helper_cpu_s": round(daemon["helper_cpu_s"], 2),
         **{k: daemon[k] for k in ("refits", "helper_refits", "leaves", "vocabulary",
                                   "oov_tokens")},

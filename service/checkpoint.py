@@ -10,7 +10,7 @@ arrays, deterministic, never pickled, CRC-checked by the ZIP layer) holding
   continue across restarts with the exactly-once counts of the state.
 
 Why one file: the state and the input position must always be a consistent pair. The file is
-written with :func:`~streammom.serialization.atomic_write_bytes` (temp file, fsync, rename,
+written with :func:`~streammom.serialization.atomic_write` (temp file, fsync, rename,
 fsync dir); the previous checkpoint is kept as ``checkpoint.prev.smm`` and used when the current
 one is missing or unreadable. On start the worker restores it and seeks every assigned partition
 to its offset, so no event is counted twice or lost — whatever happened between checkpoints is
@@ -40,7 +40,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,9 +50,10 @@ import numpy as np
 from service.transport import Offsets, flatten_offsets, nest_offsets
 from streammom import StreamingHierarchy, __version__
 from streammom.serialization import (
+    FrozenArchive,
     SnapshotFormatError,
     atomic_temp_files,
-    atomic_write_bytes,
+    atomic_write,
     frozen_archive,
     read_archive,
 )
@@ -124,7 +125,7 @@ def encode_checkpoint(
     created: float | None = None,
 ) -> bytes:
     """Serialise ``engine`` (a StreamingHierarchy) + ``offsets`` + ``counters`` to bytes."""
-    return freeze_checkpoint(engine, offsets, counters, created=created)()
+    return freeze_checkpoint(engine, offsets, counters, created=created).to_bytes()
 
 
 def freeze_checkpoint(
@@ -133,12 +134,12 @@ def freeze_checkpoint(
     counters: Mapping[str, Any] | None = None,
     *,
     created: float | None = None,
-) -> Callable[[], bytes]:
+) -> FrozenArchive:
     """The checkpoint of the state as it is now, to be encoded later on any thread: the
     manifest is serialised and the engine's arrays copied now
     (:func:`streammom.serialization.frozen_archive`), so the loop can go on learning while a
-    background thread builds the bytes (:meth:`~service.checkpoint_policy.CheckpointPolicy.begin`).
-    Calling the result gives exactly :func:`encode_checkpoint`'s bytes."""
+    background thread writes the file (:meth:`~service.checkpoint_policy.CheckpointPolicy.begin`),
+    member by member. Its bytes are exactly :func:`encode_checkpoint`'s."""
     manifest, arrays = engine.to_archive()
     out_manifest = {
         "format": "streammom",
@@ -199,11 +200,12 @@ class CheckpointStore:
         self.path = self.directory / CHECKPOINT_NAME
         self.previous = self.directory / PREVIOUS_NAME
 
-    def save(self, data: bytes) -> Path:
-        """Write ``data`` atomically as the current checkpoint, keeping the previous one.
+    def save(self, data: bytes | FrozenArchive) -> int:
+        """Write ``data`` (bytes, or a frozen checkpoint streamed to the file member by member)
+        atomically as the current checkpoint, keeping the previous one; the bytes written.
 
         A crash between the two steps leaves only ``checkpoint.prev.smm``, which :meth:`load`
-        falls back to; a crash inside :func:`atomic_write_bytes` leaves at most a temp file
+        falls back to; a crash inside :func:`atomic_write` leaves at most a temp file
         (removed at the next start by :meth:`remove_stale_temp_files`). A write error is
         raised as :class:`OSError` and leaves the same state as such a crash: the last good
         checkpoint is ``checkpoint.prev.smm`` (a retry does not rotate again while the current
@@ -212,8 +214,9 @@ class CheckpointStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             os.replace(self.path, self.previous)
-        atomic_write_bytes(self.path, data)
-        return self.path
+        if isinstance(data, FrozenArchive):
+            return atomic_write(self.path, data.write)
+        return atomic_write(self.path, lambda fh: fh.write(data))
 
     def load(self) -> Checkpoint | None:
         """The newest *valid* checkpoint — its engine already rebuilt — or None if there is none.
@@ -276,7 +279,7 @@ class CheckpointStore:
     def remove_stale_temp_files(self) -> tuple[int, int]:
         """Remove the temp files of checkpoint writes killed mid-way; ``(files, bytes)``.
 
-        Only names of the exact temp form of :func:`atomic_write_bytes` for
+        Only names of the exact temp form of :func:`atomic_write` for
         ``checkpoint.smm`` / ``checkpoint.prev.smm`` in this directory are touched (see
         :func:`~streammom.serialization.atomic_temp_files`). Call it at start-up only, before
         the first write. Failures to remove are logged, never raised.

@@ -30,6 +30,7 @@ from service.metrics import WorkerMetrics
 from service.startup import offset_labels
 from service.transport import TopicPartition, TransportError
 from streammom import StreamingHierarchy
+from streammom.serialization import FrozenArchive
 
 __all__ = ["CheckpointPolicy"]
 
@@ -252,8 +253,7 @@ class CheckpointPolicy:
                              extra={"error": repr(exc)})
 
 
-def _save(store: CheckpointStore, build: Callable[[], bytes]) -> int:
-    """Encode a frozen checkpoint and write it durably (the writer thread's job); its size."""
-    data = build()
-    store.save(data)
-    return len(data)
+def _save(store: CheckpointStore, frozen: FrozenArchive) -> int:
+    """Write a frozen checkpoint durably, encoded as it goes to the file (the writer thread's
+    job); its size."""
+    return store.save(frozen)

@@ -30,6 +30,7 @@ from typing import Any
 
 from service.checkpoint import Checkpoint, NoValidCheckpointError, decode_checkpoint
 from service.transport import Sink, TopicReader, TransportError
+from streammom.serialization import FrozenArchive
 
 __all__ = ["StateTopicError", "TopicCheckpointStore"]
 
@@ -70,9 +71,13 @@ class TopicCheckpointStore:
     def _prefix(self, kind: str) -> str:
         return f"{self.name}/{kind}/"
 
-    def save(self, data: bytes) -> str:
-        """Write ``data`` as the checkpoint of ``(epoch, seq + 1)``; :class:`StateTopicError`
-        if the broker did not acknowledge it within ``flush_timeout_s``."""
+    def save(self, data: bytes | FrozenArchive) -> int:
+        """Write ``data`` (bytes, or a frozen checkpoint, encoded here: its chunks and digest
+        need the bytes) as the checkpoint of ``(epoch, seq + 1)``; the bytes written.
+        :class:`StateTopicError` if the broker did not acknowledge it within
+        ``flush_timeout_s``."""
+        if isinstance(data, FrozenArchive):
+            data = data.to_bytes()
         seq = self.seq + 1
         base = f"{self._prefix('chunk')}{self.epoch}/{seq}/"
         n = max(1, -(-len(data) // self.chunk_bytes))
@@ -92,7 +97,7 @@ class TopicCheckpointStore:
         for key in self._live_chunks + self._stale_manifests:  # compaction drops them
             self.sink.produce(self.topic, key, None)
         self.seq, self._live_chunks, self._stale_manifests = seq, keys, []
-        return self.directory
+        return len(data)
 
     def _read_all(self) -> dict[bytes, bytes]:
         """Every key's latest value (tombstones remove), reading the topic to its end."""

@@ -93,28 +93,61 @@ def frozen_archive(
     arrays: Mapping[str, np.ndarray],
     *,
     compresslevel: int = 6,
-) -> Callable[[], bytes]:
+) -> FrozenArchive:
     """:func:`archive_bytes` in two steps, for writing live state off the caller's thread:
     the manifest is serialised and every array copied now (a consistent snapshot: the caller
-    may go on changing its state), and the returned function builds the same bytes later, on
-    any thread.
+    may go on changing its state), and the returned :class:`FrozenArchive` writes the same
+    bytes later, on any thread — to a file as they are made, or as one ``bytes``.
 
     >>> import numpy as np
-    >>> x = np.arange(3.0); build = frozen_archive({"kind": "demo"}, {"x": x}); x[:] = 7.0
-    >>> build() == archive_bytes({"kind": "demo"}, {"x": np.arange(3.0)})
+    >>> x = np.arange(3.0); frozen = frozen_archive({"kind": "demo"}, {"x": x}); x[:] = 7.0
+    >>> frozen.to_bytes() == archive_bytes({"kind": "demo"}, {"x": np.arange(3.0)})
     True
     """
-    text = _dump_manifest(manifest)
     copies = {name: np.array(arr, copy=True) for name, arr in arrays.items()}
-    return lambda: _zip_archive(text, copies, compresslevel)
+    return FrozenArchive(_dump_manifest(manifest), copies, compresslevel)
+
+
+class FrozenArchive:
+    """An archive's serialised manifest and private copies of its arrays
+    (:func:`frozen_archive`), written on demand.
+
+    :meth:`write` streams the archive into a file member by member, so writing a checkpoint
+    holds the copies and one array's ``.npy`` bytes at a time, not the whole archive as well
+    (:meth:`to_bytes` builds it in memory, for callers that need the bytes).
+    """
+
+    def __init__(self, manifest_text: bytes, arrays: Mapping[str, np.ndarray],
+                 compresslevel: int) -> None:
+        self._manifest_text = manifest_text
+        self._arrays = arrays
+        self._compresslevel = compresslevel
+
+    def write(self, fp: IO[bytes]) -> None:
+        """Write the archive to the seekable binary file ``fp`` (from its current position)."""
+        _write_zip(fp, self._manifest_text, self._arrays, self._compresslevel)
+
+    def to_bytes(self) -> bytes:
+        """The archive's bytes (what :meth:`write` writes)."""
+        buf = io.BytesIO()
+        self.write(buf)
+        return buf.getvalue()
 
 
 def _zip_archive(manifest_text: bytes | str, arrays: Mapping[str, np.ndarray],
                  compresslevel: int) -> bytes:
+    buf = io.BytesIO()
+    _write_zip(buf, manifest_text, arrays, compresslevel)
+    return buf.getvalue()
+
+
+def _write_zip(fp: IO[bytes], manifest_text: bytes | str, arrays: Mapping[str, np.ndarray],
+               compresslevel: int) -> None:
+    """The archive's members, in sorted order with fixed dates, into ``fp``; one array's
+    ``.npy`` bytes are in memory at a time."""
     if MANIFEST_MEMBER[:-5] in arrays:
         raise SnapshotFormatError("array name 'manifest' is reserved")
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
+    with zipfile.ZipFile(fp, "w") as zf:
         info = zipfile.ZipInfo(MANIFEST_MEMBER, date_time=_FIXED_DATE)
         info.compress_type = zipfile.ZIP_DEFLATED
         info.external_attr = 0o644 << 16
@@ -128,8 +161,8 @@ def _zip_archive(manifest_text: bytes | str, arrays: Mapping[str, np.ndarray],
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_DATE)
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
-            zf.writestr(info, member.getvalue(), compresslevel=compresslevel)
-    return buf.getvalue()
+            with member.getbuffer() as npy:  # no copy of the member's bytes
+                zf.writestr(info, npy, compresslevel=compresslevel)  # type: ignore[arg-type]
 
 
 def read_archive(
@@ -361,7 +394,13 @@ _TMP_RANDOM_LEN = 8
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file, fsync, rename, fsync of the directory.
+    """Write ``data`` to ``path`` atomically (:func:`atomic_write`)."""
+    atomic_write(path, lambda fh: fh.write(data))
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> int:
+    """Write ``path`` atomically with ``write(fh)``: temp file, fsync, rename, fsync of the
+    directory; the bytes written.
 
     The temp file is ``.<name>.<8 random chars>.tmp`` next to ``path``; it is removed on any
     error, but a process killed between its creation and the rename leaves it behind — see
@@ -374,8 +413,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_TMP_SUFFIX, dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
+            size = fh.tell()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
@@ -386,6 +426,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+    return size
 
 
 def atomic_temp_files(path: str | os.PathLike[str]) -> list[Path]:

@@ -16,6 +16,7 @@ from service.checkpoint import CheckpointDirError, CheckpointStore
 from service.commands.offline import InputFormatError
 from service.config import Settings, build_rollup
 from service.logs import setup_logging
+from service.malloc_arenas import cap_malloc_arenas
 from service.metrics import WorkerMetrics
 from service.transport import Sink, Source, TransportError
 from service.worker import EXIT_CANNOT_START, MESSAGE_OVERHEAD_BYTES, Worker
@@ -191,6 +192,7 @@ def run_daemon(
         raise ValueError(f"worker.role={settings.worker.role} needs Kafka (the frames and "
                          "learner-state topics); the embedded mode (--input) runs role 'all'")
     setup_logging(settings.worker.log_level, log_format=settings.worker.log_format)
+    cap_malloc_arenas(settings.worker.malloc_arenas)  # before the Kafka clients' threads
     try:
         CheckpointStore(settings.checkpoint.dir).check_writable()
     except CheckpointDirError as exc:

@@ -12,12 +12,17 @@ import pytest
 from memory_harness import IN, fill_cohort, memory_worker, small_settings
 
 import service.checkpoint as checkpoint_module
-from service.checkpoint import decode_checkpoint, encode_checkpoint, freeze_checkpoint
+from service.checkpoint import (
+    CheckpointStore,
+    decode_checkpoint,
+    encode_checkpoint,
+    freeze_checkpoint,
+)
 from service.memory_transport import MemoryBroker
 
 
 class _SlowDisk:
-    """``atomic_write_bytes`` that holds every write until ``release`` is set (or fails)."""
+    """``atomic_write`` that holds every write until ``release`` is set (or fails)."""
 
     def __init__(self, real: Any) -> None:
         self.real = real
@@ -26,13 +31,13 @@ class _SlowDisk:
         self.full = False
         self.writes = 0
 
-    def __call__(self, path: Path, data: bytes) -> None:
+    def __call__(self, path: Path, write: Any) -> int:
         self.started.set()
         assert self.release.wait(30), "the test never released the write"
         self.writes += 1
         if self.full:
             raise OSError(28, "No space left on device")
-        self.real(path, data)
+        return self.real(path, write)
 
 
 def _background_worker(tmp_path: Path, broker: MemoryBroker, **checkpoint: Any):
@@ -50,11 +55,11 @@ def _first_checkpoint_handed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                                   full: bool = False) -> tuple[_SlowDisk, MemoryBroker, Any]:
     """A background worker on 3,000 events whose disk holds every write (or, ``full``,
     fails it at once), after the 1,000 records that make the first checkpoint due."""
-    disk = _SlowDisk(checkpoint_module.atomic_write_bytes)
+    disk = _SlowDisk(checkpoint_module.atomic_write)
     if full:
         disk.full = True
         disk.release.set()
-    monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
+    monkeypatch.setattr(checkpoint_module, "atomic_write", disk)
     broker = MemoryBroker()
     fill_cohort(broker, 3000)
     worker = _background_worker(tmp_path, broker)
@@ -121,6 +126,8 @@ def test_a_revocation_is_written_on_the_loop(tmp_path: Path) -> None:
 
 
 def test_a_frozen_checkpoint_is_the_state_when_it_was_taken(tmp_path: Path) -> None:
+    """The copy is the state at the instant it was taken, and the writer thread streams it to
+    the file member by member: the file is byte for byte the encoded checkpoint of then."""
     broker = MemoryBroker()
     fill_cohort(broker, 1000)
     worker = _background_worker(tmp_path, broker)
@@ -128,10 +135,14 @@ def test_a_frozen_checkpoint_is_the_state_when_it_was_taken(tmp_path: Path) -> N
         _batch(worker)
     engine, offsets = worker.engine, dict(worker.offsets)
     before = encode_checkpoint(engine, offsets, {"n": 1}, created=1.0)
-    build = freeze_checkpoint(engine, offsets, {"n": 1}, created=1.0)
+    frozen = freeze_checkpoint(engine, offsets, {"n": 1}, created=1.0)
     for _ in range(2):
         _batch(worker)  # the sums change in place
-    assert build() == before != encode_checkpoint(engine, offsets, {"n": 1}, created=1.0)
+    assert frozen.to_bytes() == before != encode_checkpoint(engine, offsets, {"n": 1},
+                                                            created=1.0)
+    store = CheckpointStore(tmp_path / "streamed")
+    assert store.save(frozen) == len(before)
+    assert store.path.read_bytes() == before
 
 
 def test_start_up_objects_leave_the_collectors_generations(tmp_path: Path) -> None:

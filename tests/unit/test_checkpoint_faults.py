@@ -108,16 +108,16 @@ class _Clock:
 
 
 class _Disk:
-    """``atomic_write_bytes`` of the checkpoint module, failing with ``error`` while full."""
+    """``atomic_write`` of the checkpoint module, failing with ``error`` while full."""
 
     def __init__(self, real: Any, error: int = errno.ENOSPC) -> None:
         self.real, self.error, self.full, self.attempts = real, error, True, 0
 
-    def __call__(self, path: Any, data: bytes) -> None:
+    def __call__(self, path: Any, write: Any) -> int:
         self.attempts += 1
         if self.full:
             raise OSError(self.error, os.strerror(self.error), str(path))
-        self.real(path, data)
+        return self.real(path, write)
 
 
 # --------------------------------------------------------------------------- item 2
@@ -244,8 +244,8 @@ def test_checkpoint_write_failure_keeps_running_uncommitted_then_recovers(
     settings = small_settings(tmp_path, worker={"backoff_initial_s": 10.0})
     broker = MemoryBroker()
     fill_cohort(broker, 4000)
-    disk = _Disk(checkpoint_module.atomic_write_bytes)
-    monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
+    disk = _Disk(checkpoint_module.atomic_write)
+    monkeypatch.setattr(checkpoint_module, "atomic_write", disk)
     clock = _Clock()
     monkeypatch.setattr(worker_module, "time", clock)
     monkeypatch.setattr(checkpoint_policy_module, "time", clock)
@@ -301,8 +301,8 @@ def test_final_checkpoint_failure_exits_nonzero_without_commit(
     settings = small_settings(tmp_path)
     broker = MemoryBroker()
     fill_cohort(broker, 600)  # below every_events: only the final checkpoint is due
-    disk = _Disk(checkpoint_module.atomic_write_bytes, errno.EIO)
-    monkeypatch.setattr(checkpoint_module, "atomic_write_bytes", disk)
+    disk = _Disk(checkpoint_module.atomic_write, errno.EIO)
+    monkeypatch.setattr(checkpoint_module, "atomic_write", disk)
     worker = memory_worker(settings, broker)
     with caplog.at_level(logging.INFO, logger="streammom"):
         code = worker.run()

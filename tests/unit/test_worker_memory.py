@@ -103,7 +103,7 @@ def test_offsets_commits_follow_flush_and_checkpoint(tmp_path: Path) -> None:
         events.append(("commit", dict(offsets)))
         source_commit(offsets)
 
-    def saved(data: bytes) -> Path:
+    def saved(data: Any) -> int:
         out = save(data)
         events.append(("checkpoint", dict(store.load().offsets)))
         return out
