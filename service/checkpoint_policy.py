@@ -30,7 +30,6 @@ from service.metrics import WorkerMetrics
 from service.startup import offset_labels
 from service.transport import TopicPartition, TransportError
 from streammom import StreamingHierarchy
-from streammom.serialization import FrozenArchive
 
 __all__ = ["CheckpointPolicy"]
 
@@ -160,7 +159,7 @@ class CheckpointPolicy:
         self._directory = str(store.directory)
         taken_at = time.monotonic()
         try:
-            size = _save(store, freeze_checkpoint(engine, dict(offsets), dict(counters)))
+            size = store.save(freeze_checkpoint(engine, dict(offsets), dict(counters)))
         except OSError as exc:
             self._failed_write(exc, metrics)
             return False
@@ -177,14 +176,14 @@ class CheckpointPolicy:
         counters: Mapping[str, Any],
     ) -> None:
         """Start a background checkpoint: copy the state now (:func:`freeze_checkpoint`), encode
-        and write it on the writer thread; :meth:`finish` handles the outcome. Only when no
-        write is in flight (:meth:`due` says so)."""
+        it into the file on the writer thread; :meth:`finish` handles the outcome. Only when
+        no write is in flight (:meth:`due` says so)."""
         assert self._write is None, "one background checkpoint at a time"
         taken_at = time.monotonic()
-        build = freeze_checkpoint(engine, dict(offsets), dict(counters))
+        frozen = freeze_checkpoint(engine, dict(offsets), dict(counters))
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="streammom-checkpoint")
-        self._write = _Write(self._writer.submit(_save, store, build), dict(offsets),
+        self._write = _Write(self._writer.submit(store.save, frozen), dict(offsets),
                              self.records_since, self.requested, taken_at)
         self.requested = False
         self._directory = str(store.directory)
@@ -252,8 +251,3 @@ class CheckpointPolicy:
                 _log.warning("commit failed; will commit with the next checkpoint",
                              extra={"error": repr(exc)})
 
-
-def _save(store: CheckpointStore, frozen: FrozenArchive) -> int:
-    """Write a frozen checkpoint durably, encoded as it goes to the file (the writer thread's
-    job); its size."""
-    return store.save(frozen)

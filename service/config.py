@@ -406,7 +406,8 @@ class WorkerSettings(_Section):
         description=(
             "at most this many glibc malloc arenas in the daemon's process, set at start-up "
             "(MALLOC_ARENA_MAX in the environment wins; 0: glibc's default of 8 a core): "
-            "memory freed by one thread is reused by the others, ~60 MB less peak RSS"
+            "memory freed by one thread is reused by the others (measured: 60 MB less peak "
+            "RSS with 50,000 held events, within the noise at the default 25,000)"
         ),
     )
     refit_process: bool = Field(

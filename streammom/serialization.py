@@ -85,7 +85,7 @@ def archive_bytes(
     >>> m["kind"], arrs["x"].tolist()
     ('demo', [0.0, 1.0, 2.0])
     """
-    return _zip_archive(_dump_manifest(manifest), arrays, compresslevel)
+    return FrozenArchive(_dump_manifest(manifest), arrays, compresslevel).to_bytes()
 
 
 def frozen_archive(
@@ -109,8 +109,8 @@ def frozen_archive(
 
 
 class FrozenArchive:
-    """An archive's serialised manifest and private copies of its arrays
-    (:func:`frozen_archive`), written on demand.
+    """An archive's serialised manifest and its arrays (private copies when made by
+    :func:`frozen_archive`), written on demand.
 
     :meth:`write` streams the archive into a file member by member, so writing a checkpoint
     holds the copies and one array's ``.npy`` bytes at a time, not the whole archive as well
@@ -132,13 +132,6 @@ class FrozenArchive:
         buf = io.BytesIO()
         self.write(buf)
         return buf.getvalue()
-
-
-def _zip_archive(manifest_text: bytes | str, arrays: Mapping[str, np.ndarray],
-                 compresslevel: int) -> bytes:
-    buf = io.BytesIO()
-    _write_zip(buf, manifest_text, arrays, compresslevel)
-    return buf.getvalue()
 
 
 def _write_zip(fp: IO[bytes], manifest_text: bytes | str, arrays: Mapping[str, np.ndarray],
