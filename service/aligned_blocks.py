@@ -30,6 +30,8 @@ class AlignedBlocks:
     def __init__(self, block: int) -> None:
         self.block = block
         self.pending: list[Record] = []
+        #: per partition, the first offset of the pending records a rebalance dropped
+        self._resume: dict[TopicPartition, int] = {}
 
     def is_boundary(self, rec: Record) -> bool:
         return (rec.offset + 1) % self.block == 0
@@ -63,10 +65,41 @@ class AlignedBlocks:
         return all(lag.get((r.topic, r.partition)) == 0 for r in pending)
 
     def drop(self, tps: Iterable[TopicPartition]) -> None:
-        """Forget pending records of partitions this worker no longer owns."""
+        """Forget pending records of partitions this worker no longer owns, remembering where
+        each partition's dropped records began (:meth:`take_resume`)."""
         gone = set(tps)
-        if self.pending and gone:
-            self.pending = [r for r in self.pending if (r.topic, r.partition) not in gone]
+        if not (self.pending and gone):
+            return
+        kept: list[Record] = []
+        for rec in self.pending:
+            tp = (rec.topic, rec.partition)
+            if tp in gone:
+                if rec.offset < self._resume.get(tp, rec.offset + 1):
+                    self._resume[tp] = rec.offset
+            else:
+                kept.append(rec)
+        self.pending = kept
+
+    def take_resume(self, assigned: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Where the client must resume the ``assigned`` partitions whose pending records a
+        rebalance dropped: the first dropped offset. Forgets every other partition's.
+
+        kafka-python 3 keeps the fetch position of a partition revoked and assigned again in
+        one (eager) rebalance, which is past the records it returned and the worker dropped;
+        without a seek back to the first of them, the next batch would start after a hole
+        (frames that skip input records, issue #16's scale-out test).
+
+        >>> from service.transport import Record
+        >>> blocks = AlignedBlocks(4)
+        >>> blocks.pending = [Record("t", 0, o, None, b"", []) for o in (8, 9)]
+        >>> blocks.drop([("t", 0)])
+        >>> blocks.take_resume([("t", 0)]), blocks.take_resume([("t", 0)])
+        ({('t', 0): 8}, {})
+        """
+        keep = set(assigned)
+        resume = {tp: off for tp, off in self._resume.items() if tp in keep}
+        self._resume = {}
+        return resume
 
     def split(self, records: list[Record]) -> list[list[Record]]:
         """Split at the aligned block boundaries."""

@@ -99,6 +99,7 @@ class LearnerWorker(Worker):
     def _on_assign(self, tps: list[TopicPartition]) -> None:
         with self._lock:
             self.blocks.drop(tps)
+            self.blocks.take_resume(())  # the take-over seeks to the checkpoint's frames offset
         others = [tp for tp in tps if tp != self.frames_partition]
         if others:  # two learners would each hold a partition: two writers of one model
             self._misconfigured = (
@@ -163,6 +164,7 @@ class LearnerWorker(Worker):
         _log.info("active learner", extra={
             "model_epoch": epoch, "model_version": int(engine.model_version_),
             "frames_offset": frames_offset, "restored": ckpt is not None,
+            "processed": counters["processed"], "engine_events": int(engine.n_events_seen_),
             "watermarks": offset_labels({tp: o for tp, o in offsets.items()
                                          if tp != self.frames_partition})})
 
@@ -254,6 +256,10 @@ class LearnerWorker(Worker):
         skipped = len(frame.offsets) - len(new.offsets)
         if skipped:
             self.metrics.frame_events_skipped.inc(skipped)
+            _log.debug("frame events already learned skipped", extra={
+                "partition": f"{source[0]}[{source[1]}]", "watermark": watermark,
+                "frame_start": frame.start, "frame_end": frame.end, "skipped": skipped,
+                "offset": rec.offset})
         if watermark is not None and frame.end <= watermark:
             return None
         try:

@@ -111,6 +111,16 @@ class MemorySource:
         if self.on_assign is not None:
             self.on_assign(tps)
 
+    def rebalance(self) -> None:
+        """An eager rebalance that gives this consumer its partitions back, as kafka-python 3
+        does it: every partition revoked, then assigned again with its fetch position kept."""
+        self._ensure_assigned()
+        tps = sorted(self._positions)
+        if self.on_revoke is not None:
+            self.on_revoke(tps)
+        if self.on_assign is not None:
+            self.on_assign(tps)
+
     def pause(self) -> None:
         self.paused = True
 

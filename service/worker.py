@@ -338,11 +338,13 @@ class Worker:
 
     # ------------------------------------------------------------------ rebalance callbacks
     def _on_assign(self, tps: list[TopicPartition]) -> None:
-        """Seek gained partitions to the offsets the state belongs to (runs on the IO thread of
-        some clients: only non-blocking calls)."""
+        """Seek gained partitions to the offsets the state belongs to, or else back to the
+        first pending record a rebalance dropped (:meth:`AlignedBlocks.take_resume`); runs on
+        the IO thread of some clients: only non-blocking calls."""
         with self._lock:
-            seek = {tp: self.offsets[tp] for tp in tps if tp in self.offsets}
             self.blocks.drop(tps)
+            seek = self.blocks.take_resume(tps)  # records a rebalance dropped: read them again
+            seek.update({tp: self.offsets[tp] for tp in tps if tp in self.offsets})
         if seek:
             self.source.seek(seek)
         _log.info("partitions assigned", extra={

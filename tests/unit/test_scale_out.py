@@ -151,6 +151,51 @@ def test_frames_produced_twice_are_learned_once(tmp_path: Path) -> None:
     assert named_root_sums(learner.engine) == _one_process_sums(tmp_path, reference)
 
 
+def test_a_rebalance_that_keeps_a_partition_leaves_no_hole_in_its_frames(
+        tmp_path: Path) -> None:
+    """Records polled and held back (a partial block) are dropped when their partitions are
+    revoked; kafka-python 3 keeps the fetch position of a partition assigned back to the same
+    consumer, past those records. The ingest worker seeks back to the first of them, so its
+    frames still tile the log and the learner learns every event (no gap, nothing skipped).
+    Without the seek, the frame after the rebalance started past the dropped records."""
+    broker = MemoryBroker()
+    valid = _fill(broker, 2000)
+    settings = _settings(tmp_path)
+    ingest = _ingest(settings, broker)
+    ingest.restore()
+    ingest.process_batch(ingest.source.poll(250, 0.0))  # one block framed and flushed
+    held = ingest.source.poll(37, 0.0)  # the next records, a partial block: held back
+    assert held and ingest.blocks.take_ready(held, ingest.source.lag) == []
+    ingest.source.rebalance()
+    assert ingest.blocks.pending == []
+    assert ingest.run() == 0
+    frames = [decode_frame(r.value) for r in broker.records(FRAMES)]
+    for part in range(4):
+        spans = [(f.start, f.end) for f in frames if f.partition == part]
+        assert spans[0][0] == 0
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans)), spans  # no hole
+        assert spans[-1][1] == broker.end_offsets(IN)[(IN, part)]
+    learner = _learner(settings, broker)
+    assert learner.run() == 0
+    assert learner.counters["processed"] == valid
+    assert learner.metrics.frame_gaps._value.get() == 0
+
+
+def test_a_rebalance_before_the_first_batch_rereads_the_held_records(tmp_path: Path) -> None:
+    """The one-process worker seeks a partition it gets back to its state's offset; a partition
+    with no offset yet (nothing learned from it) goes back to the first record it dropped."""
+    broker = MemoryBroker()
+    valid = _fill(broker, 1200)
+    worker = memory_worker(_settings(tmp_path), broker)
+    worker.restore()
+    held = worker.source.poll(37, 0.0)
+    assert held and worker.blocks.take_ready(held, worker.source.lag) == []
+    worker.source.rebalance()
+    assert worker.run() == 0
+    assert worker.counters["processed"] == valid
+    assert sum(worker.counters["rejected"].values()) == 1200 - valid
+
+
 def test_standby_takes_over_from_the_state_topic(tmp_path: Path) -> None:
     """The active learner dies without a final checkpoint; the next one restores the last
     checkpoint from the state topic, replays the frames since and ends with exact sums; its
