@@ -74,8 +74,7 @@ class AlignedBlocks:
         for rec in self.pending:
             tp = (rec.topic, rec.partition)
             if tp in gone:
-                if rec.offset < self._resume.get(tp, rec.offset + 1):
-                    self._resume[tp] = rec.offset
+                self._resume[tp] = min(rec.offset, self._resume.get(tp, rec.offset))
             else:
                 kept.append(rec)
         self.pending = kept

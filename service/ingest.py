@@ -28,7 +28,6 @@ from service.config import Settings
 from service.frames import FRAME_CONTENT_TYPE, encode_frame
 from service.metrics import WorkerMetrics
 from service.model_follower import ModelFollower
-from service.startup import offset_labels
 from service.transport import Record, Sink, Source, TopicPartition, TransportError
 from service.worker import BatchResult, Worker, settle_heap
 
@@ -64,19 +63,13 @@ class IngestWorker(Worker):
         settle_heap()
 
     def _on_assign(self, tps: list[TopicPartition]) -> None:
-        """Resume from the group's committed offsets (no state), or, for a partition kept
-        through the rebalance, from the first record it dropped: the client's position is past
-        them (:meth:`~service.aligned_blocks.AlignedBlocks.take_resume`), and frames must tile
-        the input log without holes."""
+        """Resume from the group's committed offsets (no state: nothing of its own to seek),
+        or, for a partition kept through the rebalance, from the first record it dropped
+        (:meth:`Worker._on_assign`): frames must tile the input log without holes."""
         with self._lock:
-            self.blocks.drop(tps)
-            seek = self.blocks.take_resume(tps)
             for tp in tps:
                 self.offsets.pop(tp, None)
-        if seek:
-            self.source.seek(seek)
-        _log.info("partitions assigned", extra={"partitions": [f"{t}[{p}]" for t, p in tps],
-                                                "seek": offset_labels(seek)})
+        super()._on_assign(tps)
 
     def _on_revoke(self, tps: list[TopicPartition]) -> None:
         super()._on_revoke(tps)

@@ -3,12 +3,13 @@
 glibc gives a thread that allocates while another holds the main arena an arena of its own, up
 to 8 per core. The daemon has several threads that allocate — the Kafka client's IO thread, the
 producer's sender, the checkpoint writer, the HTTP server — and memory freed in one arena is
-not reused by the others: on the 200,000-event stream of ``bench/daemon_defaults.py`` the
-daemon's peak RSS was 524–538 MB with glibc's default and 461 MB with two arenas, at the same
-throughput (BENCHMARKS.md, "The daemon's memory"). The limit is computed by glibc once, when
-the first extra arena is made, so it is set at start-up, before the Kafka clients start their
-threads. ``MALLOC_ARENA_MAX`` in the environment wins (glibc has read it already); on other C
-libraries this is a no-op.
+not reused by the others: on the 200,000-event stream of ``bench/daemon_defaults.py``, with
+50,000 held events and checkpoints built in memory, the daemon's peak RSS was 524–538 MB with
+glibc's default and 461 MB with two arenas, at the same throughput; at today's defaults the
+difference is within the noise (BENCHMARKS.md, "The daemon's memory, helper included"). The
+limit is computed by glibc once, when the first extra arena is made, so it is set at start-up,
+before the Kafka clients start their threads. ``MALLOC_ARENA_MAX`` in the environment wins
+(glibc has read it already); on other C libraries this is a no-op.
 """
 
 from __future__ import annotations
