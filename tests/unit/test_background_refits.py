@@ -203,6 +203,32 @@ def test_a_refit_the_helper_cannot_do_is_an_error_not_a_result() -> None:
         proc.close()
 
 
+def test_a_nice_helper_runs_below_the_callers_priority_and_refits_the_same(
+        events: list[list[str]]) -> None:
+    """``nice=5``: the helper's niceness is the caller's + 5 (capped at 19), and its refit is
+    the caller's own, byte for byte (priority changes when a refit ends, not what it is)."""
+    eng = _engine()
+    eng.learn(events[:3_000], refit=False)
+    inline = StreamingHierarchy.from_archive(*eng.to_archive())
+    inline.refit()
+    proc = RefitProcess(nice=5)
+    try:
+        assert proc.wait_ready(120.0)
+        assert proc.pid is not None
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(own + 5, 19)
+        proc.submit(eng)
+        result = proc.collect(None)
+        assert result is not None
+        assert result.engine.snapshot() == inline.snapshot()
+    finally:
+        proc.close()
+    with pytest.raises(ValueError, match="nice"):
+        RefitProcess(nice=20)
+    with pytest.raises(ValueError, match="nice"):
+        RefitProcess(nice=-1)
+
+
 def test_a_refit_past_its_timeout_is_abandoned(events: list[list[str]]) -> None:
     proc = RefitProcess(timeout_s=0.001)  # no helper reads, refits and sends a state that fast
     try:

@@ -6,6 +6,7 @@ exported."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,17 @@ def test_at_the_held_events_bound_the_input_pauses_and_the_loop_does_not_wait(
     deaf, _ = _bounded_run(tmp_path, "deaf", _SourceIgnoringPause)
     assert deaf._refits is not None and deaf._refits.learn_waits > 0
     assert deaf.engine.snapshot() == inline.engine.snapshot()
+
+
+def test_the_helper_runs_at_the_configured_niceness(tmp_path: Path) -> None:
+    """``worker.refit_nice``: the helper the worker starts adds it to the worker's niceness."""
+    settings = small_settings(tmp_path, "nice", worker={"refit_process": True, "refit_nice": 7})
+    worker = memory_worker(settings, MemoryBroker())
+    helper = worker._refit_process
+    assert helper is not None and helper.nice == 7
+    try:
+        assert helper.wait_ready(120.0) and helper.pid is not None
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, helper.pid) == min(own + 7, 19)
+    finally:
+        helper.close()
