@@ -275,10 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     closes. Errors of a refit are sent back (the caller refits itself); the helper goes on."""
     args = sys.argv[1:] if argv is None else argv
     threads = int(args[0]) if args else 1
-    if len(args) > 1 and int(args[1]) > 0:
+    nice = min(int(args[1]), MAX_NICE) if len(args) > 1 else 0
+    if nice > 0:
         # below the loop's priority: on a busy machine the scheduler gives the loop (and the
         # broker) the CPU first, and the refit the rest (BENCHMARKS.md, issue #14)
-        os.nice(min(int(args[1]), MAX_NICE))
+        os.nice(nice)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     try:
         with threadpool_limits(limits=threads):
