@@ -6,7 +6,9 @@ machine has. Sources (none downloads at run time beyond the package registries):
 
 * Debian's R data packages, fetched once with ``apt-get download`` and unpacked with
   ``dpkg -x`` into ``.cache/bench-data`` (no R, no root): ``r-cran-mlbench`` (the StatLog DNA
-  splice-junction set, 3,186 × 180 binary, 3 classes), ``r-cran-adegenet`` (``microbov``:
+  splice-junction set, 3,186 × 180 binary, 3 classes; and four small categorical sets, one-hot:
+  Zoo, 101 × 21, 7 classes; HouseVotes84, 435 × 32, 2; Soybean, 683 × 99, 19; BreastCancer,
+  699 × 89, 2), ``r-cran-adegenet`` (``microbov``:
   704 cattle × 373 microsatellite alleles, counts 0–2, 15 breeds), ``r-cran-janeaustenr``
   (the six novels cut into 269 chapters, word counts, 6 classes). Read with the pure-Python
   ``rdata`` (``pip install -e '.[bench]'``); lazy-load databases (``Rdata.rdb/.rdx``) with
@@ -109,6 +111,54 @@ def dna() -> LabelledData | None:
     return "DNA splice junctions, binary", sp.csr_array(X), y, 3
 
 
+def _one_hot(frame: Any) -> np.ndarray:
+    """0/1 indicators of a data frame's columns: a logical column as itself, every other
+    column one indicator per level (a number as its own level); a missing value sets none."""
+    import pandas as pd
+
+    blocks = []
+    for name in frame.columns:
+        col = frame[name]
+        if str(col.dtype) in ("bool", "boolean"):
+            blocks.append(col.fillna(False).to_numpy(dtype=float)[:, None])
+        else:
+            blocks.append(pd.get_dummies(col.astype("category")).to_numpy(dtype=float))
+    return np.hstack(blocks)
+
+
+def _mlbench_categorical(file: str, name: str, label: str, title: str,
+                         drop: tuple[str, ...] = ()) -> LabelledData | None:
+    """An mlbench data frame of categorical (or logical) attributes, one-hot encoded."""
+    frame = r_data_file("mlbench", file, name)
+    if frame is None:
+        return None
+    y = np.asarray(frame[label].astype(str))
+    X = _one_hot(frame.drop(columns=[label, *drop]))
+    return f"{title}, one-hot", sp.csr_array(X), y, len(np.unique(y))
+
+
+def zoo() -> LabelledData | None:
+    """mlbench ``Zoo``: 101 animals, 15 logical attributes and the number of legs, 7 types."""
+    return _mlbench_categorical("Zoo.rda", "Zoo", "type", "Zoo")
+
+
+def house_votes() -> LabelledData | None:
+    """mlbench ``HouseVotes84``: 435 members' 16 votes (y / n / missing), 2 parties."""
+    return _mlbench_categorical("HouseVotes84.rda", "HouseVotes84", "Class", "House votes 1984")
+
+
+def soybean() -> LabelledData | None:
+    """mlbench ``Soybean``: 683 plants, 35 categorical symptoms, 19 diseases."""
+    return _mlbench_categorical("Soybean.rda", "Soybean", "Class", "Soybean")
+
+
+def breast_cancer() -> LabelledData | None:
+    """mlbench ``BreastCancer``: 699 biopsies, 9 ordinal scores (1–10) as levels, benign or
+    malignant."""
+    return _mlbench_categorical("BreastCancer.rda", "BreastCancer", "Class",
+                                "Wisconsin breast cancer", drop=("Id",))
+
+
 def microbov() -> LabelledData | None:
     """adegenet ``microbov``: allele counts (0–2; missing → 0) of 704 cattle, 15 breeds."""
     gen = r_data_file("adegenet", "microbov.rda", "microbov")
@@ -190,5 +240,5 @@ def load(loader: Callable[[], LabelledData | None]) -> LabelledData | None:
         return None
 
 
-LOADERS: tuple[Callable[[], LabelledData | None], ...] = (dna, microbov, austen, mnist5k,
-                                                          debtags)
+LOADERS: tuple[Callable[[], LabelledData | None], ...] = (
+    dna, microbov, austen, mnist5k, debtags, zoo, house_votes, soybean, breast_cancer)

@@ -107,6 +107,9 @@ class StreamingHierarchy(Estimator):
     min_split_weight : float >= 0, default 50.0
         A leaf splits only when its depth < ``max_depth``, the tree has < ``max_leaves`` leaves
         and its decayed weight ≥ ``min_split_weight`` (and the split quality allows, below).
+        On a stream too short for ``max_leaves`` leaves of that weight the threshold is the
+        average leaf's share, W / ``max_leaves``, at least ``min_reservoir_split``
+        (:func:`streammom.refit.split_weight_threshold`).
     half_life : float > 0 or None, default None
     half_life_unit : {"events", "seconds"}, default "events"
         Exponential forgetting: an event's weight halves every ``half_life`` events or seconds
@@ -123,7 +126,7 @@ class StreamingHierarchy(Estimator):
         amortised — a proposed refit runs only if the estimated refit spend so far plus its
         own cost (:mod:`streammom.refit_budget`: per node, a constant plus d²) fits b/(1 − b)
         × events seen plus a burst that pays for growing the tree. Deterministic (no clock).
-    first_refit : int >= 1 or None, default 200
+    first_refit : int >= 1 or None, default 50
         Growth schedule: the first refit after ``first_refit`` events, then one each time the
         stream has grown by half since the last refit (as many refits as factors of 1.5,
         whatever the batch size); one refit grows as many levels as the reservoirs support, so
@@ -227,7 +230,7 @@ class StreamingHierarchy(Estimator):
         half_life: float | None = None,
         half_life_unit: Literal["events", "seconds"] = "events",
         refit_every: int | Literal["auto"] | None = "auto",
-        first_refit: int | None = 200,
+        first_refit: int | None = 50,
         refit_budget: float = 0.2,
         refit_every_seconds: float | None = None,
         reservoir_size: int = 1024,

@@ -24,7 +24,8 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
           "split levels below the root (a leaf at depth max_depth never splits)"),
     Param("max_leaves", 16, (Interval(int, 1, 1 << 20),), "leaf budget of the tree"),
     Param("min_split_weight", 50.0, (_NON_NEGATIVE,),
-          "decayed weight a leaf needs before it may split"),
+          "decayed weight a leaf needs before it may split (on a stream too short for "
+          "max_leaves such leaves: its weight / max_leaves, at least min_reservoir_split)"),
     Param("half_life", None, (_POSITIVE, None),
           "exponential forgetting: weights halve every half_life events or seconds; None: "
           "no forgetting"),
@@ -33,7 +34,7 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
     Param("refit_every", "auto", (Interval(int, 1, None), Options(("auto",)), None),
           "auto: the growth schedule paced by refit_budget (at most half_life/4 apart under "
           "forgetting in events); an int: refit at least this often; None: no event trigger"),
-    Param("first_refit", 200, (Interval(int, 1, None), None),
+    Param("first_refit", 50, (Interval(int, 1, None), None),
           "growth schedule: the first refit after this many events, then one each time the "
           "stream has grown by half (a tree on short streams); None: no growth schedule"),
     Param("refit_budget", 0.2, (Interval(float, 0.0, 1.0, closed="neither"),),

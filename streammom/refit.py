@@ -62,7 +62,7 @@ from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
 if TYPE_CHECKING:
     from streammom.engine import StreamingHierarchy
 
-__all__ = ["RESPLIT_Z", "RefitPass", "reservoir_row_weight"]
+__all__ = ["RESPLIT_Z", "RefitPass", "reservoir_row_weight", "split_weight_threshold"]
 
 #: A re-split must beat the node's current routing by this many standard errors of the
 #: per-row gain difference on the node's reservoir (one-sided paired z-test, ~2.3 % false
@@ -110,6 +110,22 @@ def _lighter_share(side: np.ndarray) -> float:
     return min(right, 1.0 - right)
 
 
+def split_weight_threshold(min_split_weight: float, stream_weight: float, max_leaves: int,
+                           min_reservoir_split: int) -> float:
+    """The weight a leaf needs to split in this refit: ``min_split_weight``, or on a stream too
+    short for ``max_leaves`` leaves of that weight the average leaf's share of it, W / L,
+    floored by ``min_reservoir_split`` (the rows a split is computed from).
+
+    threshold = min(w_min, max(r_min, W / L)). A stream of 101 events asked for 7 leaves
+    (W / L ≈ 14) lets leaves of 32 split where a fixed 50 stops at three leaves; from
+    L × w_min events on, it is ``min_split_weight`` unchanged.
+
+    >>> split_weight_threshold(50.0, 101.0, 7, 32), split_weight_threshold(50.0, 1e6, 7, 32)
+    (32.0, 50.0)
+    """
+    return min(min_split_weight, max(float(min_reservoir_split), stream_weight / max_leaves))
+
+
 class RefitPass:
     """One refit over an engine's tree (module docstring); :meth:`run` returns the lineage
     records of the changes (``version`` -1: the caller stamps the new model version)."""
@@ -122,6 +138,9 @@ class RefitPass:
         self.regrow: set[int] = set()  # children of a re-split: grown with the budget left
         self.plans: dict[int, Plan] = {}
         self.root_recomputed = False  # the root's moment split was recomputed in this pass
+        self.split_weight = split_weight_threshold(
+            engine.min_split_weight, engine._weight_true(engine.nodes_[engine.root_id_]),
+            engine.max_leaves, engine.min_reservoir_split)
 
     # ------------------------------------------------------------------ driver
     def run(self) -> list[dict[str, Any]]:
@@ -193,7 +212,7 @@ class RefitPass:
         eng = self.eng
         if v.depth >= eng.max_depth:
             return "max_depth"
-        if eng._weight_true(v) < eng.min_split_weight:
+        if eng._weight_true(v) < self.split_weight:
             return "min_split_weight"
         if len(v.reservoir) < eng.min_reservoir_split:
             return "min_reservoir"

@@ -41,6 +41,24 @@ def test_defaults_grow_a_tree_on_a_short_stream(n: int, ratio: float) -> None:
     assert adjusted_rand_score(y, eng.predict(X)) >= ratio * oracle
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_defaults_split_a_stream_of_150_events(seed: int) -> None:
+    """A whole stream of 150 events in one batch (the size of the classic small categorical
+    sets, e.g. Zoo's 101 animals): the first refit comes after 50 events, leaves of 32 may
+    split, so the tree has at least k/2 leaves and clusters — with the defaults of before
+    (first refit after 200 events, leaves of 50) it had one leaf, silently."""
+    X, y, _, truth = make_hierarchical_bernoulli(150, 200, 8, codes_per_event=8.0,
+                                                 random_state=seed, return_truth=True)
+    eng = StreamingHierarchy(X.shape[1], max_leaves=8)
+    eng.partial_fit(X)
+    labels = eng.predict(X)
+    assert eng.n_refits_ >= 1
+    assert len(np.unique(labels)) >= 4
+    oracle = adjusted_rand_score(y, map_assign(X, truth.prevalence, truth.leaf_weights,
+                                               "bernoulli"))
+    assert adjusted_rand_score(y, labels) >= 0.5 * oracle
+
+
 def test_refinement_improves_on_the_moment_routers() -> None:
     X, y, _ = _stream(20_000, seed=5)
     scores = {}
