@@ -9,7 +9,9 @@ machine has. Sources (none downloads at run time beyond the package registries):
   splice-junction set, 3,186 × 180 binary, 3 classes; and four small categorical sets, one-hot:
   Zoo, 101 × 21, 7 classes; HouseVotes84, 435 × 32, 2; Soybean, 683 × 99, 19; BreastCancer,
   699 × 89, 2), ``r-cran-adegenet`` (``microbov``:
-  704 cattle × 373 microsatellite alleles, counts 0–2, 15 breeds), ``r-cran-janeaustenr``
+  704 cattle × 373 microsatellite alleles, counts 0–2, 15 breeds; ``nancycats``, 237 cats ×
+  108 alleles, 17 colonies; ``eHGDP``, 1,350 people × 8,170 alleles, 7 regions; ``H3N2``, 1,903
+  influenza sequences × 334 SNP alleles, 6 years), ``r-cran-janeaustenr``
   (the six novels cut into 269 chapters, word counts, 6 classes). Read with the pure-Python
   ``rdata`` (``pip install -e '.[bench]'``); lazy-load databases (``Rdata.rdb/.rdx``) with
   :func:`r_lazyload`. Never unpickled, never evaluated: R's serialisation is parsed as data.
@@ -159,13 +161,54 @@ def breast_cancer() -> LabelledData | None:
                                 "Wisconsin breast cancer", drop=("Id",))
 
 
-def microbov() -> LabelledData | None:
-    """adegenet ``microbov``: allele counts (0–2; missing → 0) of 704 cattle, 15 breeds."""
-    gen = r_data_file("adegenet", "microbov.rda", "microbov")
+def _genind_counts(name: str) -> tuple[Any, np.ndarray] | None:
+    """An adegenet ``genind`` object and its allele counts (missing → 0), or None."""
+    gen = r_data_file("adegenet", f"{name}.rda", name)
     if gen is None:
         return None
-    X = np.nan_to_num(np.asarray(gen.tab, dtype=float))
+    return gen, np.nan_to_num(np.asarray(gen.tab, dtype=float))
+
+
+def microbov() -> LabelledData | None:
+    """adegenet ``microbov``: allele counts (0–2; missing → 0) of 704 cattle, 15 breeds."""
+    data = _genind_counts("microbov")
+    if data is None:
+        return None
+    gen, X = data
     return "microbov genotypes, counts", sp.csr_array(X), np.asarray(gen.pop.astype(str)), 15
+
+
+def nancycats() -> LabelledData | None:
+    """adegenet ``nancycats``: allele counts (0–2; missing → 0) of 237 cats at 9
+    microsatellite loci (108 alleles), 17 colonies."""
+    data = _genind_counts("nancycats")
+    if data is None:
+        return None
+    gen, X = data
+    return "nancycats genotypes, counts", sp.csr_array(X), np.asarray(gen.pop.astype(str)), 17
+
+
+def ehgdp() -> LabelledData | None:
+    """adegenet ``eHGDP``: allele counts (0–2; missing → 0) of 1,350 people of 79 populations
+    at 678 microsatellite loci (8,170 alleles); the label is the population's region (7)."""
+    data = _genind_counts("eHGDP")
+    if data is None:
+        return None
+    gen, X = data
+    region = np.asarray(gen.other["popInfo"]["Region"].astype(str))
+    y = region[np.asarray(gen.pop.astype(str)).astype(int) - 1]  # populations are 1..79
+    return "eHGDP genotypes by region, counts", sp.csr_array(X), y, 7
+
+
+def h3n2() -> LabelledData | None:
+    """adegenet ``H3N2``: 1,903 influenza A H3N2 haemagglutinin sequences as 334 SNP alleles
+    (0/1), the year of the epidemic (2001–2006) the label."""
+    data = _genind_counts("H3N2")
+    if data is None:
+        return None
+    gen, X = data
+    y = np.asarray(gen.other["epid"]).astype(int).astype(str)
+    return "H3N2 influenza SNPs by year, binary", sp.csr_array(X), y, 6
 
 
 def austen() -> LabelledData | None:
@@ -241,4 +284,5 @@ def load(loader: Callable[[], LabelledData | None]) -> LabelledData | None:
 
 
 LOADERS: tuple[Callable[[], LabelledData | None], ...] = (
-    dna, microbov, austen, mnist5k, debtags, zoo, house_votes, soybean, breast_cancer)
+    dna, microbov, austen, mnist5k, debtags, zoo, house_votes, soybean, breast_cancer,
+    nancycats, ehgdp, h3n2)

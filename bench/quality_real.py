@@ -25,7 +25,9 @@ Sets:
   debtags (the tags of the Debian packages of the ten largest sections, the section as the
   label: :func:`offline_sets.debtags`, from the machine's ``apt-get update`` index), and four
   small categorical sets of mlbench one-hot encoded (Zoo, HouseVotes84, Soybean,
-  BreastCancer: :func:`offline_sets.zoo` and its neighbours).
+  BreastCancer: :func:`offline_sets.zoo` and its neighbours), and three more adegenet sets
+  (nancycats' colonies, eHGDP's regions, H3N2's years: :func:`offline_sets.ehgdp` and its
+  neighbours).
 
 One core (thread pools pinned before numpy loads). Prints a markdown table and the command.
 """

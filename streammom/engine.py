@@ -131,6 +131,8 @@ class StreamingHierarchy(Estimator):
         stream has grown by half since the last refit (as many refits as factors of 1.5,
         whatever the batch size); one refit grows as many levels as the reservoirs support, so
         a tree grows on a stream of a few hundred events too. None: no growth schedule.
+        Until the first refit the root is the one leaf, with the stop reason
+        ``"first_refit"`` (:data:`streammom.model.STOP_REASONS`).
     reservoir_size : int >= 2, default 1024
         Events kept per node (the bounded sample children and repairs start from).
     basis_dim : int in [2, 512], default 8
@@ -348,6 +350,7 @@ class StreamingHierarchy(Estimator):
             raise ValueError("n_features must be ≥ 2")
         self.n_features_ = d
         self.nodes_ = {0: self._new_node(0, -1, 0)}
+        self.nodes_[0].stop_reason = "first_refit"  # until the first refit: never silent
         self.root_id_ = 0
         self._rebuild_model()
 

@@ -165,6 +165,8 @@ def map_router(
 #: Why a leaf is not split, as the model records it (``TreeNode.stop_reason``): the streaming
 #: engine's reasons, then those only the batch :class:`~streammom.HierarchicalMoM` gives.
 STOP_REASONS: dict[str, str] = {
+    "first_refit": "no refit has run yet (the first comes after first_refit events, or "
+                   "call refit()): every event is in the root",
     "max_leaves": "the leaf budget (max_leaves) is spent",
     "max_depth": "the leaf is at max_depth",
     "min_split_weight": "its weight is below min_split_weight",

@@ -181,7 +181,7 @@ class RefitPass:
                 v.stop_reason = self._static_stop(v) or "max_leaves"
             elif v.node_id not in self.touched and self._stale(v):
                 offer(v)
-            elif v.stop_reason is None or v.stop_reason == "max_leaves":
+            elif v.stop_reason in (None, "max_leaves", "first_refit"):
                 v.stop_reason = self._static_stop(v)
         regrow = sorted(self.regrow)
         while n_leaves < eng.max_leaves:

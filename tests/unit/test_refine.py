@@ -59,6 +59,26 @@ def test_defaults_split_a_stream_of_150_events(seed: int) -> None:
     assert adjusted_rand_score(y, labels) >= 0.5 * oracle
 
 
+def test_a_stream_shorter_than_the_first_refit_says_why_it_is_one_cluster() -> None:
+    """30 events, fewer than ``first_refit``: one cluster, and the model, its snapshot and
+    the daemon's gauge (``stopped_leaves``) say it is waiting for the first refit; the first
+    refit replaces the reason by what the data allow."""
+    X, _, _ = make_hierarchical_bernoulli(200, 200, 4, codes_per_event=8.0, random_state=3)
+    eng = StreamingHierarchy(X.shape[1], max_leaves=4)
+    eng.partial_fit(X[:30])
+    assert eng.n_refits_ == 0 and len(np.unique(eng.predict(X[:30]))) == 1
+    assert eng.model_.stopped_leaves() == {"first_refit": 1}
+    assert StreamingHierarchy.restore(eng.snapshot()).model_.stopped_leaves() == {
+        "first_refit": 1}
+    eng.partial_fit(X[30:])  # past first_refit: the tree grows
+    assert eng.n_refits_ == 1 and eng.model_.n_leaves == 4
+    assert "first_refit" not in eng.model_.stopped_leaves()
+    short = StreamingHierarchy(X.shape[1], max_leaves=4)
+    short.partial_fit(X[:30])
+    short.refit()  # by hand: 30 events are below min_reservoir_split, the root stays a leaf
+    assert short.model_.stopped_leaves() == {"min_split_weight": 1}
+
+
 def test_refinement_improves_on_the_moment_routers() -> None:
     X, y, _ = _stream(20_000, seed=5)
     scores = {}
