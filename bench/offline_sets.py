@@ -169,23 +169,24 @@ def _genind_counts(name: str) -> tuple[Any, np.ndarray] | None:
     return gen, np.nan_to_num(np.asarray(gen.tab, dtype=float))
 
 
-def microbov() -> LabelledData | None:
-    """adegenet ``microbov``: allele counts (0–2; missing → 0) of 704 cattle, 15 breeds."""
-    data = _genind_counts("microbov")
+def _genind_by_population(name: str, title: str, k: int) -> LabelledData | None:
+    """An adegenet set's allele counts, its ``pop`` factor the label."""
+    data = _genind_counts(name)
     if data is None:
         return None
     gen, X = data
-    return "microbov genotypes, counts", sp.csr_array(X), np.asarray(gen.pop.astype(str)), 15
+    return f"{title} genotypes, counts", sp.csr_array(X), np.asarray(gen.pop.astype(str)), k
+
+
+def microbov() -> LabelledData | None:
+    """adegenet ``microbov``: allele counts (0–2; missing → 0) of 704 cattle, 15 breeds."""
+    return _genind_by_population("microbov", "microbov", 15)
 
 
 def nancycats() -> LabelledData | None:
     """adegenet ``nancycats``: allele counts (0–2; missing → 0) of 237 cats at 9
     microsatellite loci (108 alleles), 17 colonies."""
-    data = _genind_counts("nancycats")
-    if data is None:
-        return None
-    gen, X = data
-    return "nancycats genotypes, counts", sp.csr_array(X), np.asarray(gen.pop.astype(str)), 17
+    return _genind_by_population("nancycats", "nancycats", 17)
 
 
 def ehgdp() -> LabelledData | None:
