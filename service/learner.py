@@ -223,6 +223,7 @@ class LearnerWorker(Worker):
             self.engine.learn(X[a:a + step], timestamps=ts[a:a + step])
             self._note_refit(result)
         self.metrics.observe_vocabulary(self.engine.vocabulary, X)
+        self.metrics.observe_refit_schedule(self.engine)
         result.processed += X.shape[0]
 
     def _frame(self, rec: Record, result: BatchResult) -> Frame | None:

@@ -85,6 +85,18 @@ class WorkerMetrics:
             "Unix time of the last refit (wall clock of this worker).",
             registry=r,
         )
+        self.events_since_refit = Gauge(
+            "streammom_events_since_refit",
+            "Events the engine learned since its model's last refit.",
+            registry=r,
+        )
+        self.refit_due_events = Gauge(
+            "streammom_refit_due_events",
+            "Events since the last refit at which the refit schedule asks for the next one "
+            "(growth schedule, refit_every, cost budget; +Inf without an event trigger): "
+            "streammom_events_since_refit at or past it means a refit is due or running.",
+            registry=r,
+        )
         self.refit_held_events = Gauge(
             "streammom_refit_held_events",
             "Events read and waiting to be learned and assigned: a refit runs in the helper "
@@ -279,10 +291,18 @@ class WorkerMetrics:
                          extra={"capacity": int(vocab.capacity), "oov_tokens": oov})
         self._vocabulary_full = full
 
+    def observe_refit_schedule(self, engine: StreamingHierarchy) -> None:
+        """Events since the last refit and where the schedule puts the next
+        (:meth:`~streammom.StreamingHierarchy.refit_due_events`): a few arithmetic operations,
+        exported every batch."""
+        self.events_since_refit.set(engine.n_events_since_refit_)
+        self.refit_due_events.set(engine.refit_due_events())
+
     def observe_model(self, engine: StreamingHierarchy) -> None:
         """The model's version, leaves, depth and why leaves stop; a tree below its leaf
         budget because splits are refused is logged (once per change), never silent."""
         model = engine.model_
+        self.observe_refit_schedule(engine)
         self.model_version.set(int(engine.model_version_))
         self.tree_leaves.set(int(model.n_leaves))
         self.tree_depth.set(int(model.max_depth))

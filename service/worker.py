@@ -525,6 +525,7 @@ class Worker:
         processed, or at once when it was learned outside one (idle, before a checkpoint)."""
         result = self._batch if self._batch is not None else BatchResult()
         self.metrics.observe_vocabulary(self.engine.vocabulary, X)
+        self.metrics.observe_refit_schedule(self.engine)
         self._produce_assignments(events, routing, result)
         if self._batch is None:
             self._count_assignments(result)

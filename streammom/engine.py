@@ -69,7 +69,7 @@ from streammom.moments import (
 )
 from streammom.packed import Packed, add_into, dense
 from streammom.refit import RefitPass
-from streammom.refit_budget import refit_allowance, refit_cost_events
+from streammom.refit_budget import refit_affordable_at, refit_cost_events
 from streammom.reservoir import Reservoir
 from streammom.rowgram import RowGram, rows_limit
 from streammom.serialization import (
@@ -551,12 +551,38 @@ class StreamingHierarchy(Estimator):
 
     def refit_due(self) -> bool:
         """Whether the refit policy asks for a refit now (after the batches learned so far)."""
-        if (self.refit_every is not None and self._events_since_refit >= self._refit_interval()
-                and (self.refit_every != "auto" or self._within_budget())):
+        if self._events_since_refit >= self.refit_due_events():
             return True
         elapsed = self._decay.since_refit()
         return bool(self.refit_every_seconds is not None and elapsed is not None
                     and elapsed >= self.refit_every_seconds)
+
+    @property
+    def n_events_since_refit_(self) -> int:
+        """Events learned since the last refit."""
+        return self._events_since_refit
+
+    def refit_due_events(self) -> float:
+        """Events since the last refit at which the event trigger falls due, at the current tree
+        and d: the interval of :meth:`_refit_interval`, and with ``refit_every="auto"`` no
+        sooner than the cost budget affords the refit
+        (:func:`streammom.refit_budget.refit_affordable_at`); ``inf`` without an event trigger.
+
+        The refit policy compares :attr:`n_events_since_refit_` with it; so does an operator
+        (the daemon exports both): a count past it that does not fall back means refits are
+        due and not completing. Counts and the tree only, never a clock.
+        """
+        if self.refit_every is None:
+            return float("inf")
+        due = self._refit_interval()
+        if self.refit_every == "auto" and self.n_features_ is not None:
+            seen_at_last_refit = self.n_events_seen_ - self._events_since_refit
+            affordable = refit_affordable_at(
+                self.refit_budget, self._refit_spent,
+                refit_cost_events(len(self.nodes_), self.n_features_),
+                self.max_leaves, self.n_features_)
+            due = max(due, affordable - seen_at_last_refit)
+        return float(due)
 
     def _refit_interval(self) -> int:
         """Events between refits. The growth schedule: the first refit after
@@ -564,7 +590,7 @@ class StreamingHierarchy(Estimator):
         last (as many refits as factors of 1.5, whatever the batch size); an int
         ``refit_every`` caps it; ``"auto"`` caps it at half_life/4 under forgetting counted
         in events (the sums move ~16 % a quarter half-life) and leaves the pace to the cost
-        budget (:meth:`_within_budget`). Counts and the tree only, never a clock."""
+        budget (:meth:`refit_due_events`). Counts and the tree only, never a clock."""
         assert self.refit_every is not None
         if self.refit_every == "auto":
             cap = (max(1, int(self.half_life / 4))
@@ -578,15 +604,6 @@ class StreamingHierarchy(Estimator):
             growth = max(self.first_refit, seen_at_last_refit // 2)
         bounds = [x for x in (cap, growth) if x is not None]
         return min(bounds) if bounds else 1  # auto, no schedule: paced by the budget alone
-
-    def _within_budget(self) -> bool:
-        """``refit_every="auto"``: the refit's estimated cost fits the budget's allowance
-        (:mod:`streammom.refit_budget`)."""
-        if self.n_features_ is None:
-            return True
-        cost = refit_cost_events(len(self.nodes_), self.n_features_)
-        return self._refit_spent + cost <= refit_allowance(
-            self.refit_budget, self.n_events_seen_, self.max_leaves, self.n_features_)
 
     # ------------------------------------------------------------------ hot path
     def _accumulate(self, X: sp.csr_array, w: np.ndarray, leaf_ids: np.ndarray) -> None:

@@ -27,8 +27,10 @@ the daemon an event costs far more than in the bare engine.
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["GROWTH_REFITS", "REFIT_NODE_EVENTS", "REFIT_NODE_EVENTS_PER_D2",
-           "refit_allowance", "refit_cost_events"]
+           "refit_affordable_at", "refit_allowance", "refit_cost_events"]
 
 #: B: full-tree refits' worth of cost a young stream may spend before the budget paces refits.
 GROWTH_REFITS = 5
@@ -57,3 +59,30 @@ def refit_allowance(budget: float, n_events: int, max_leaves: int, d: int) -> fl
     """
     return (budget / (1.0 - budget) * n_events
             + GROWTH_REFITS * refit_cost_events(2 * max_leaves - 1, d))
+
+
+def refit_affordable_at(budget: float, spent: float, cost: float, max_leaves: int, d: int
+                        ) -> int:
+    """The fewest events seen N with ``spent + cost <= refit_allowance(budget, N, …)``: when a
+    refit of estimated ``cost`` fits the budget, given the refit work ``spent`` so far.
+
+    The allowance is linear in N, so N = ⌈(spent + cost − burst) · (1 − b) / b⌉ (0 while the
+    burst lasts), corrected by a step where rounding puts the bound one event off — the
+    result is exact for the predicate the refit policy tests.
+
+    >>> c = refit_cost_events(31, 1_024)  # a full 16-leaf tree, after the burst's 5 refits
+    >>> n = refit_affordable_at(0.2, 5 * c, c, 16, 1_024)
+    >>> def fits(n): return 6 * c <= refit_allowance(0.2, n, 16, 1_024)
+    >>> n, fits(n), fits(n - 1)
+    (778754, True, False)
+    """
+    def fits(n: int) -> bool:
+        return spent + cost <= refit_allowance(budget, n, max_leaves, d)
+
+    burst = refit_allowance(budget, 0, max_leaves, d)
+    n = max(0, math.ceil((spent + cost - burst) * (1.0 - budget) / budget))
+    while not fits(n):
+        n += 1
+    while n > 0 and fits(n - 1):
+        n -= 1
+    return n

@@ -26,6 +26,8 @@ CONTRACT_METRICS: dict[str, str] = {
     "streammom_model_version": "gauge",
     "streammom_refit_duration_seconds": "histogram",
     "streammom_last_refit_timestamp_seconds": "gauge",
+    "streammom_events_since_refit": "gauge",
+    "streammom_refit_due_events": "gauge",
     "streammom_refit_held_events": "gauge",
     "streammom_input_paused": "gauge",
     "streammom_input_paused_seconds_total": "counter",

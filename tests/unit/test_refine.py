@@ -258,6 +258,37 @@ def test_auto_refits_stay_within_the_cost_budget() -> None:
     assert decaying._refit_interval() == 2_000  # a quarter half-life: refits follow the decay
 
 
+def test_refit_due_events_says_when_the_next_refit_runs() -> None:
+    """``refit_due_events`` (what the daemon exports for its refit alert) is exactly the
+    policy's trigger: a batch ends in a refit iff it carries the count since the last refit
+    to it — whether the growth schedule or the cost budget sets it; without an event trigger
+    it is infinite."""
+    from streammom.refit_budget import refit_allowance, refit_cost_events
+
+    X, _, _ = _stream(60_000, seed=11)
+    Xd = sp.csr_array((X.data, X.indices, X.indptr), shape=(X.shape[0], 3_000))
+    eng = StreamingHierarchy(3_000, max_leaves=8, refit_budget=0.9)
+    paced_by = []  # what set the count of each refit that ran
+    for start in range(0, Xd.shape[0], 500):
+        due, since, refits = eng.refit_due_events(), eng.n_events_since_refit_, eng.n_refits_
+        kind = ("budget" if eng.n_features_ is not None and due > eng._refit_interval()
+                else "growth")
+        if kind == "budget":  # the first count at which the refit fits the allowance
+            need = eng._refit_spent + refit_cost_events(len(eng.nodes_), 3_000)
+            at_last = eng.n_events_seen_ - since
+            assert need <= refit_allowance(0.9, int(at_last + due), 8, 3_000)
+            assert need > refit_allowance(0.9, int(at_last + due) - 1, 8, 3_000)
+        eng.partial_fit(Xd[start:start + 500])
+        assert (eng.n_refits_ > refits) == (since + 500 >= due)
+        assert eng.n_events_since_refit_ == (0 if eng.n_refits_ > refits else since + 500)
+        if eng.n_refits_ > refits:
+            paced_by.append(kind)
+    assert paced_by.count("growth") >= 3 and paced_by.count("budget") >= 1, paced_by
+    timed = StreamingHierarchy(3_000, refit_every=None, refit_every_seconds=60.0)
+    timed.partial_fit(Xd[:500], timestamps=np.arange(500.0))
+    assert timed.refit_due_events() == float("inf") and timed.n_refits_ == 1
+
+
 def _scrambled(seed: int) -> tuple[StreamingHierarchy, sp.csr_array, np.ndarray]:
     """A 4-leaf tree whose routers were replaced by random ones: its partition of the
     reservoir rows is a poor start for EM, the situation the spectral restart is for."""

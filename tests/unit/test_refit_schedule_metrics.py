@@ -1,0 +1,38 @@
+"""The refit schedule as metrics (alert ``StreamMomNoRefit``): the daemon exports the events
+learned since the last refit and the count at which its schedule asks for the next, every
+batch, so an alert can tell a refit that is due and not completing from a slow or idle stream
+whose next refit is simply far away."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from memory_harness import fill_cohort, memory_worker, small_settings
+
+from service.memory_transport import MemoryBroker
+
+
+def _schedule(tmp_path: Path, refit_every: object) -> tuple[float, float, int, float]:
+    broker = MemoryBroker()
+    fill_cohort(broker, 3_000)
+    worker = memory_worker(small_settings(tmp_path, model={"refit_every": refit_every}), broker)
+    assert worker.run() == 0
+    registry = worker.metrics.registry
+    since = registry.get_sample_value("streammom_events_since_refit")
+    due = registry.get_sample_value("streammom_refit_due_events")
+    assert since is not None and due is not None
+    return since, due, worker.engine.n_events_since_refit_, worker.engine.refit_due_events()
+
+
+def test_the_schedule_is_exported_after_every_batch(tmp_path: Path) -> None:
+    since, due, engine_since, engine_due = _schedule(tmp_path, "auto")
+    # the last batch's values, not the last refit's: events came after the last refit
+    assert since == engine_since > 0
+    assert due == engine_due
+    assert since < due  # a worker whose refits run is never past its due count
+
+
+def test_without_an_event_trigger_nothing_is_ever_due(tmp_path: Path) -> None:
+    since, due, _, _ = _schedule(tmp_path, None)
+    assert since == 3_000 and math.isinf(due)
