@@ -308,3 +308,24 @@ def test_prometheus_scrapes_the_daemon(
             "streammom_ready",
         ):
             assert required in names, sorted(names)
+
+        # The refit schedule: a daemon whose refits run falls back below its due count (a
+        # refit in the helper holds it there only until it is back), and Prometheus sees the
+        # same, so StreamMomNoRefit's condition stays empty.
+        learned = N_EVENTS - n_rejected
+
+        def schedule() -> tuple[float, float] | None:
+            daemon.alive()
+            text = daemon.metrics_text()
+            since = _metric_sum(text, "streammom_events_since_refit")
+            due = _metric_sum(text, "streammom_refit_due_events")
+            return (since, due) if since is not None and due is not None and since < due else None
+
+        since, _due = wait_until(schedule, timeout=60, what="the daemon below its refit due count",
+                                diagnostics=daemon.log_tail)
+        assert 0 <= since < learned  # the growth schedule refitted during the run
+        prom.wait_for_value('count(streammom_refit_due_events{job="streammom"})', 1)
+        wait_until(lambda: prom.query(
+            'max by (job) (streammom_events_since_refit{job="streammom"}'
+            ' - streammom_refit_due_events{job="streammom"}) >= 0') == [],
+            timeout=60, what="no refit due in prometheus")
