@@ -201,9 +201,9 @@ class StreamingHierarchy(Estimator):
         Per-node state: moment sums, reservoir, router (:class:`~streammom.tree.Node`).
     lineage_ : list[dict]
         Split / update / re-split / prune records with the version that made them.
-    n_features_, n_events_seen_, n_refits_, n_rebases_, last_refit_time_,
-    last_refit_duration_ :
-        Dimension and counters.
+    n_features_, n_events_seen_, n_events_since_refit_, n_refits_, n_rebases_,
+    last_refit_time_, last_refit_duration_ :
+        Dimension and counters (:meth:`refit_due_events`: when the next refit falls due).
 
     Examples
     --------
