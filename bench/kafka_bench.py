@@ -80,7 +80,7 @@ def drive(worker: Worker, done: Callable[[], bool],
         if t0 is not None and last is not None:
             stall = max(stall, now - last)
         last = now
-        ready = worker.blocks.take_ready(records, worker.source.lag)
+        ready = worker.take_ready(records)
         if ready:
             if t0 is None and started():
                 t0 = now

@@ -60,6 +60,24 @@ class AlignedBlocks:
         ready, self.pending = pending[:cut], pending[cut:]
         return ready
 
+    def hold(self, polled: list[Record]) -> None:
+        """Keep polled records pending without releasing any (the input is paused: an empty
+        poll does not mean caught up); :meth:`take_ready` releases them later."""
+        self.pending.extend(polled)
+
+    def first_block_size(self) -> int:
+        """Records in the first aligned block of the pending ones (all of them when none ends
+        a block; 0 when none is pending)."""
+        for i, rec in enumerate(self.pending):
+            if self.is_boundary(rec):
+                return i + 1
+        return len(self.pending)
+
+    def unread(self, records: list[Record]) -> None:
+        """Put records taken by :meth:`take_ready` and not processed back in front of the
+        pending ones, in their order."""
+        self.pending[:0] = records
+
     @staticmethod
     def _caught_up(pending: list[Record], lag: Mapping[TopicPartition, int]) -> bool:
         return all(lag.get((r.topic, r.partition)) == 0 for r in pending)

@@ -60,6 +60,11 @@ _log = logging.getLogger("streammom.worker")
 EXIT_CANNOT_START = 2
 MESSAGE_OVERHEAD_BYTES = 4096  # record + batch headers, key, message headers
 
+#: Records polled while the input is paused (backpressure) stay pending, unprocessed, up to
+#: this many aligned blocks (:meth:`Worker.take_ready`): more than a batch can be (fewer than
+#: two blocks pending, plus one poll).
+HOLD_BLOCKS = 3
+
 #: While the input is paused (backpressure), the loop waits at most this long for the helper's
 #: refit between two polls, so it keeps polling, beating and exporting the lag.
 PAUSED_WAIT_S = 0.05
@@ -416,8 +421,7 @@ class Worker:
                 continue
             backoff = w.backoff_initial_s
             self.broker.probe(self.source)
-            with self._lock:
-                ready = self.blocks.take_ready(records, self.source.lag)
+            ready = self.take_ready(records)
             if ready:
                 if not self.process_batch(ready):
                     return self._abort()
@@ -427,10 +431,51 @@ class Worker:
             elif not records:
                 if not self._idle():
                     return self._abort()
-                if self.exit_when_idle and self._source_drained():
+                if self.exit_when_idle and not self.blocks.pending and self._source_drained():
                     break
             self.readiness()
         return self.shutdown()
+
+    def take_ready(self, records: list[Record]) -> list[Record]:
+        """The polled records to process now: whole aligned blocks
+        (:meth:`AlignedBlocks.take_ready`), or none while the input is paused for backpressure
+        (:meth:`_backpressure`). Paused, a poll comes back empty because the input is paused,
+        not because it is caught up, so the records pending from before the pause stay
+        pending: released, they would go to ``learn`` with the held events at their bound and
+        wait there for the helper's refit, the stall the pause is there to avoid (up to 0.9 s
+        on a backlog, BENCHMARKS.md). Two blocks' worth are released all the same (a source
+        still returning records while paused: memory stays bounded, ``learn`` waits)."""
+        blocks = self.blocks
+        with self._lock:
+            if self._paused_since is not None and self._holdable(len(records)):
+                blocks.hold(records)
+                return []
+            return blocks.take_ready(records, self.source.lag)
+
+    def _holdable(self, n_records: int) -> bool:
+        """``n_records`` more can wait in the aligned blocks' pending records: they stay
+        under :data:`HOLD_BLOCKS` blocks."""
+        return len(self.blocks.pending) + n_records < HOLD_BLOCKS * self.blocks.block
+
+    def _held_back(self, rest: int, block: int, *, first: bool) -> bool:
+        """Whether the last ``rest`` records of a batch, from an aligned block of ``block``
+        records on, wait for the refit running in the helper instead of being learned now: the
+        input is paused (a block before them paused it), or learning that block would wait inside
+        :meth:`BackgroundRefits.learn` — a block can be longer than a poll (a poll across
+        partitions ends blocks at each one's boundaries), so the pause did not see it coming;
+        then it pauses the input now. Never when they could not all be held
+        (:meth:`_holdable`): a source that goes on returning records while paused then waits
+        inside ``learn``, its memory bounded."""
+        refits = self._refits
+        if refits is None or not self._holdable(rest):
+            return False
+        if not first and self._paused_since is not None:
+            return True
+        refits.poll()  # a refit the helper has finished is collected (as learn would)
+        if not (refits.pending and refits.held_events + block > refits.max_held_events):
+            return False
+        self._backpressure(refits, need=block)
+        return True
 
     def _source_drained(self) -> bool:
         if getattr(self.source, "exhausted", False):
@@ -455,18 +500,29 @@ class Worker:
 
         The engine is called once per offset-aligned block of ``batch_max_records``
         (:class:`~service.aligned_blocks.AlignedBlocks`; a poll normally returns exactly one).
+        When a block pauses the input (:meth:`_backpressure`: it started a refit in the helper
+        with the held events near their bound), the blocks after it go back to the front of
+        the pending records, unprocessed, instead of waiting for the helper inside ``learn``;
+        the batch covers the blocks before them.
         """
         t0 = time.perf_counter()
-        result = BatchResult(records=len(records))
+        blocks = self.blocks.split(records)
+        done = 0
+        result = BatchResult()
         self._batch = result
         try:
-            for block in self.blocks.split(records):
+            for i, block in enumerate(blocks):
+                if self._held_back(len(records) - done, len(block), first=i == 0):
+                    self.blocks.unread(records[done:])
+                    break
+                done += len(block)
                 events = [event for _, event in self._valid_events(block, result)]
                 if events:
                     self._learn_and_assign(events, result)
         finally:
             self._batch = None
-        return self._finish_batch(records, result, t0)
+        result.records = done
+        return self._finish_batch(records[:done], result, t0)
 
     def _valid_events(self, block: list[Record], result: BatchResult
                       ) -> list[tuple[Record, Event]]:
@@ -541,7 +597,7 @@ class Worker:
             self._refit_failures_seen = refits.helper_failures
         self._backpressure(refits)
 
-    def _backpressure(self, refits: BackgroundRefits) -> None:
+    def _backpressure(self, refits: BackgroundRefits, need: int | None = None) -> None:
         """Pause the input while a refit runs in the helper and the next batch would take the
         events held past ``worker.refit_max_held_events``; resume when it fits (design §6).
 
@@ -550,9 +606,14 @@ class Worker:
         no poll, heartbeat or lag export meanwhile); paused, the loop goes on polling (nothing
         comes), waiting for the helper in slices of :data:`PAUSED_WAIT_S`
         (:meth:`poll_timeout`), and collects the refit as soon as it ends. What the worker
-        learns and assigns is unchanged: the batches are cut at the same aligned offsets."""
-        full = refits.pending and (refits.held_events + self.poll_max_records
-                                   > refits.max_held_events)
+        learns and assigns is unchanged: the batches are cut at the same aligned offsets.
+
+        The next batch is ``need`` events, by default a poll's worth or the first aligned
+        block of the records pending, whichever is longer."""
+        full = refits.pending and refits.held_events + (
+            need if need is not None else max(self.poll_max_records,
+                                              self.blocks.first_block_size())
+        ) > refits.max_held_events
         if full == (self._paused_since is not None):
             return
         now = time.monotonic()

@@ -15,6 +15,8 @@ from memory_harness import IN, fill_cohort, memory_worker, small_settings
 from service.checkpoint import CheckpointStore
 from service.memory_transport import MemoryBroker, MemorySink, MemorySource
 from service.metrics import WorkerMetrics
+from service.synthetic import generate_cohort
+from service.transport import Record
 from service.worker import Worker
 
 N = 6_000
@@ -117,6 +119,14 @@ class _SourceIgnoringPause(MemorySource):
         pass
 
 
+class _SourceFetchingUnaligned(MemorySource):
+    """Polls of one and a half batches, as a Kafka fetch across partitions gives: a partial
+    aligned block is pending in the worker whenever it pauses its input."""
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        return super().poll(max_records * 3 // 2, timeout_s)
+
+
 def _bounded_run(tmp_path: Path, name: str, source: type[MemorySource]
                  ) -> tuple[Worker, MemoryBroker]:
     """The helper, labels ``current``, and a held-events bound below one batch: every refit
@@ -150,10 +160,54 @@ def test_at_the_held_events_bound_the_input_pauses_and_the_loop_does_not_wait(
     want = [json.loads(r.value)["event_id"]
             for r in inline_broker.records(inline.topics.assignments)]
     assert got == want  # every event assigned once, in order
+    # polls that leave a partial block pending: paused, it stays pending (an empty poll is
+    # the pause, not the end of the input), and nothing waits either
+    unaligned, unaligned_broker = _bounded_run(tmp_path, "unaligned", _SourceFetchingUnaligned)
+    assert unaligned._refits is not None and unaligned._refits.helper_refits >= 2
+    assert unaligned._refits.learn_waits == 0
+    assert unaligned.engine.snapshot() == inline.engine.snapshot()
+    assert [json.loads(r.value)["event_id"]
+            for r in unaligned_broker.records(unaligned.topics.assignments)] == want
     # the control: a source that cannot pause makes learn wait for the helper
     deaf, _ = _bounded_run(tmp_path, "deaf", _SourceIgnoringPause)
     assert deaf._refits is not None and deaf._refits.learn_waits > 0
     assert deaf.engine.snapshot() == inline.engine.snapshot()
+
+
+def test_a_block_longer_than_a_poll_waits_pending_not_inside_learn(tmp_path: Path) -> None:
+    """Polls across partitions end aligned blocks at each partition's boundaries, so a block
+    can be longer than a poll (here up to 375 records for polls of 375 and blocks of 250): the
+    pause, sized for a poll, does not see it coming. Whether learning it would pass
+    ``refit_max_held_events`` is checked before the block is learned; it then stays pending,
+    the input paused, instead of waiting inside ``learn`` for the helper. Nothing is lost or
+    learned twice. The bound, 300, lets a refit start with nothing held and no pause (a poll's
+    250 fit), and a block of 375 after it would pass it."""
+    settings = small_settings(tmp_path, "long", worker={"refit_process": True,
+                                                        "refit_labels": "current",
+                                                        "refit_max_held_events": 300})
+    broker = MemoryBroker()
+    broker.create_topic(IN, 3)
+    for i, value in enumerate(generate_cohort(N, seed=1).event_bytes()):
+        broker.append(IN, value, key=str(i).encode(), partition=i % 3)
+    worker = Worker(settings, _SourceFetchingUnaligned(broker, IN), MemorySink(broker),
+                    metrics=WorkerMetrics(), exit_when_idle=True)
+    sizes: list[int] = []  # of every block the worker cuts
+    split = worker.blocks.split
+
+    def recording_split(records: list[Record]) -> list[list[Record]]:
+        blocks = split(records)
+        sizes.extend(map(len, blocks))
+        return blocks
+
+    worker.blocks.split = recording_split  # type: ignore[method-assign]
+    assert worker.run() == 0
+    refits = worker._refits
+    assert refits is not None and refits.helper_refits >= 2 and refits.helper_failures == 0
+    assert max(sizes) > settings.worker.batch_max_records  # the case: longer than a poll
+    assert refits.learn_waits == 0
+    assert worker.engine.n_events_seen_ == N
+    ids = [json.loads(r.value)["event_id"] for r in broker.records(worker.topics.assignments)]
+    assert len(ids) == N and len(set(ids)) == N
 
 
 def test_the_helper_runs_at_the_configured_niceness(tmp_path: Path) -> None:
