@@ -32,6 +32,8 @@ class AlignedBlocks:
         self.pending: list[Record] = []
         #: per partition, the first offset of the pending records a rebalance dropped
         self._resume: dict[TopicPartition, int] = {}
+        #: a rebalance dropped partitions since :meth:`take_ready` last released records
+        self._dropped_since_take = False
 
     def is_boundary(self, rec: Record) -> bool:
         return (rec.offset + 1) % self.block == 0
@@ -58,6 +60,8 @@ class AlignedBlocks:
                     cut = i + 1
                     break
         ready, self.pending = pending[:cut], pending[cut:]
+        if ready:
+            self._dropped_since_take = False
         return ready
 
     def hold(self, polled: list[Record]) -> None:
@@ -73,10 +77,29 @@ class AlignedBlocks:
                 return i + 1
         return len(self.pending)
 
-    def unread(self, records: list[Record]) -> None:
-        """Put records taken by :meth:`take_ready` and not processed back in front of the
-        pending ones, in their order."""
+    def unread(self, records: list[Record]) -> bool:
+        """Put records the last :meth:`take_ready` released, not processed, back in front of
+        the pending ones, in their order; True if done. False — they stay the caller's, to
+        process as taken — when a rebalance dropped partitions in between: the records it
+        would have dropped were out of its reach, and it may already have moved the client
+        past them (:meth:`take_resume`), so back in the pending records they could be learned
+        by two workers, or by none.
+
+        >>> from service.transport import Record
+        >>> blocks = AlignedBlocks(2)
+        >>> taken = blocks.take_ready([Record("t", 0, o, None, b"", []) for o in range(4)],
+        ...                           lambda: {("t", 0): 0})
+        >>> blocks.unread(taken[2:]), [r.offset for r in blocks.pending]
+        (True, [2, 3])
+        >>> taken = blocks.take_ready([], lambda: {})
+        >>> blocks.drop([("t", 1)])  # a rebalance meanwhile
+        >>> blocks.unread(taken), blocks.pending
+        (False, [])
+        """
+        if self._dropped_since_take:
+            return False
         self.pending[:0] = records
+        return True
 
     @staticmethod
     def _caught_up(pending: list[Record], lag: Mapping[TopicPartition, int]) -> bool:
@@ -86,6 +109,7 @@ class AlignedBlocks:
         """Forget pending records of partitions this worker no longer owns, remembering where
         each partition's dropped records began (:meth:`take_resume`)."""
         gone = set(tps)
+        self._dropped_since_take |= bool(gone)
         if not (self.pending and gone):
             return
         kept: list[Record] = []

@@ -442,9 +442,10 @@ class Worker:
         (:meth:`_backpressure`). Paused, a poll comes back empty because the input is paused,
         not because it is caught up, so the records pending from before the pause stay
         pending: released, they would go to ``learn`` with the held events at their bound and
-        wait there for the helper's refit, the stall the pause is there to avoid (up to 0.9 s
-        on a backlog, BENCHMARKS.md). Two blocks' worth are released all the same (a source
-        still returning records while paused: memory stays bounded, ``learn`` waits)."""
+        wait there for the helper's refit, the stall the pause is there to avoid (up to 1.1 s
+        on a backlog, BENCHMARKS.md). :data:`HOLD_BLOCKS` blocks' worth are released all the
+        same (a source still returning records while paused: memory stays bounded, ``learn``
+        waits)."""
         blocks = self.blocks
         with self._lock:
             if self._paused_since is not None and self._holdable(len(records)):
@@ -477,6 +478,11 @@ class Worker:
         self._backpressure(refits, need=block)
         return True
 
+    def _unread(self, records: list[Record]) -> bool:
+        """:meth:`AlignedBlocks.unread` under the lock the rebalance callbacks take."""
+        with self._lock:
+            return self.blocks.unread(records)
+
     def _source_drained(self) -> bool:
         if getattr(self.source, "exhausted", False):
             return True
@@ -503,7 +509,8 @@ class Worker:
         When a block pauses the input (:meth:`_backpressure`: it started a refit in the helper
         with the held events near their bound), the blocks after it go back to the front of
         the pending records, unprocessed, instead of waiting for the helper inside ``learn``;
-        the batch covers the blocks before them.
+        the batch covers the blocks before them. (Unless a rebalance dropped partitions since
+        they were taken: they are then processed as taken, :meth:`AlignedBlocks.unread`.)
         """
         t0 = time.perf_counter()
         blocks = self.blocks.split(records)
@@ -512,8 +519,8 @@ class Worker:
         self._batch = result
         try:
             for i, block in enumerate(blocks):
-                if self._held_back(len(records) - done, len(block), first=i == 0):
-                    self.blocks.unread(records[done:])
+                if self._held_back(len(records) - done, len(block), first=i == 0) \
+                        and self._unread(records[done:]):
                     break
                 done += len(block)
                 events = [event for _, event in self._valid_events(block, result)]

@@ -210,6 +210,39 @@ def test_a_block_longer_than_a_poll_waits_pending_not_inside_learn(tmp_path: Pat
     assert len(ids) == N and len(set(ids)) == N
 
 
+def test_records_held_back_across_a_rebalance_are_processed_as_taken(tmp_path: Path) -> None:
+    """A rebalance that drops partitions between a batch's take and the hold-back of its later
+    blocks: those blocks are learned as taken (the old behaviour, a wait), never put back
+    among pending records the rebalance could not see — nothing is learned twice or lost."""
+    settings = small_settings(tmp_path, "race")
+    broker = MemoryBroker()
+    fill_cohort(broker, 1_000)
+    worker = memory_worker(settings, broker)
+    worker.restore()
+    records = worker.source.poll(1_000, 0.0)  # four aligned blocks of 250
+    ready = worker.take_ready(records)
+    assert len(ready) == 1_000 and not worker.blocks.pending
+
+    def held_back_after_a_rebalance(rest: int, block: int, *, first: bool) -> bool:
+        if not first:
+            worker._on_revoke([(IN, 1)])  # another partition: the taken records stay ours
+            return True  # as if the pause had come on
+        return False
+
+    worker._held_back = held_back_after_a_rebalance  # type: ignore[method-assign]
+    assert worker.process_batch(ready)
+    assert worker.counters["processed"] == 1_000 and not worker.blocks.pending
+    assert worker.offsets[(IN, 0)] == 1_000
+    # the control: without the rebalance the later blocks go back to the pending records
+    control = memory_worker(small_settings(tmp_path, "control"), broker)
+    control.restore()
+    ready = control.take_ready(control.source.poll(1_000, 0.0))
+    control._held_back = lambda rest, block, *, first: not first  # type: ignore[method-assign]
+    assert control.process_batch(ready)
+    assert control.counters["processed"] == 250 and len(control.blocks.pending) == 750
+    assert control.offsets[(IN, 0)] == 250
+
+
 def test_the_helper_runs_at_the_configured_niceness(tmp_path: Path) -> None:
     """``worker.refit_nice``: the helper the worker starts adds it to the worker's niceness."""
     settings = small_settings(tmp_path, "nice", worker={"refit_process": True, "refit_nice": 7})
