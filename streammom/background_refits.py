@@ -79,7 +79,7 @@ class BackgroundRefits:
         The helper; None refits in the caller's thread (``engine.learn`` as usual).
     binary : bool, default True
         How events become rows (:meth:`~streammom.vocab.Vocabulary.transform`): 0/1 or counts.
-    max_held_events : int >= 1, default 25_000
+    max_held_events : int >= 1, default 50_000
         Events held at most while a refit runs; the next batch waits for the refit
         (``learn_waits`` counts those waits).
     labels : {"after_refit", "current"}, default "after_refit"
@@ -97,7 +97,7 @@ class BackgroundRefits:
     """
 
     def __init__(self, engine: StreamingHierarchy, process: RefitProcess | None = None, *,
-                 binary: bool = True, max_held_events: int = 25_000,
+                 binary: bool = True, max_held_events: int = 50_000,
                  labels: Literal["after_refit", "current"] = "after_refit",
                  on_learned: Callable[[Any, sp.csr_array, Routing], None] | None = None,
                  on_refit: Callable[[StreamingHierarchy], None] | None = None) -> None:
