@@ -473,10 +473,7 @@ class Worker:
         if not first and self._paused_since is not None:
             return True
         refits.poll()  # a refit the helper has finished is collected (as learn would)
-        if not (refits.pending and refits.held_events + block > refits.max_held_events):
-            return False
-        self._backpressure(refits, need=block)
-        return True
+        return self._backpressure(refits, need=block)
 
     def _unread(self, records: list[Record]) -> bool:
         """:meth:`AlignedBlocks.unread` under the lock the rebalance callbacks take."""
@@ -604,7 +601,7 @@ class Worker:
             self._refit_failures_seen = refits.helper_failures
         self._backpressure(refits)
 
-    def _backpressure(self, refits: BackgroundRefits, need: int | None = None) -> None:
+    def _backpressure(self, refits: BackgroundRefits, need: int | None = None) -> bool:
         """Pause the input while a refit runs in the helper and the next batch would take the
         events held past ``worker.refit_max_held_events``; resume when it fits (design §6).
 
@@ -616,13 +613,13 @@ class Worker:
         learns and assigns is unchanged: the batches are cut at the same aligned offsets.
 
         The next batch is ``need`` events, by default a poll's worth or the first aligned
-        block of the records pending, whichever is longer."""
-        full = refits.pending and refits.held_events + (
+        block of the records pending, whichever is longer. Returns whether the input is
+        paused."""
+        full = refits.pending and refits.would_wait(  # pending first: no scan of the records
             need if need is not None else max(self.poll_max_records,
-                                              self.blocks.first_block_size())
-        ) > refits.max_held_events
+                                              self.blocks.first_block_size()))
         if full == (self._paused_since is not None):
-            return
+            return full
         now = time.monotonic()
         if full:
             self.source.pause()
@@ -635,6 +632,7 @@ class Worker:
         self.metrics.input_paused.set(int(full))
         _log.debug("input paused" if full else "input resumed",
                    extra={"held_events": refits.held_events})
+        return full
 
     def poll_timeout(self) -> float:
         """The next source poll's timeout: ``worker.poll_timeout_s``, or 0 while the input is

@@ -133,6 +133,12 @@ class BackgroundRefits:
         the state does not cover every batch given to :meth:`learn` yet."""
         return self._pending or bool(self._held)
 
+    def would_wait(self, n: int) -> bool:
+        """Whether :meth:`learn` of a batch of ``n`` events would wait for the refit running in
+        the helper: one runs, and holding the batch would take the held events past
+        ``max_held_events`` (a caller that reads its input pauses it instead)."""
+        return self._pending and self.held_events + n > self.max_held_events
+
     def learn(self, items: Any, timestamps: Any = None, *, token: Any = None) -> None:
         """Learn a batch (raw events with a vocabulary, else a matrix of rows) now, or hold it
         while batches are held (a refit runs, or the ones it held are being caught up); its
