@@ -80,6 +80,15 @@ class WorkerMetrics:
             buckets=_REFIT_BUCKETS,
             registry=r,
         )
+        self.refits = Counter(
+            "streammom_refits_total",
+            "Refits that produced a new model, by kind: full (moments, growth, refinement) or "
+            "light (the refinement alone, while the cost budget cannot afford a full one).",
+            ["kind"],
+            registry=r,
+        )
+        for kind in ("full", "light"):
+            self.refits.labels(kind=kind)
         self.last_refit = Gauge(
             "streammom_last_refit_timestamp_seconds",
             "Unix time of the last refit (wall clock of this worker).",

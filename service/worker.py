@@ -705,11 +705,14 @@ class Worker:
         duration = engine.last_refit_duration_
         if duration is not None:
             self.metrics.refit_duration.observe(float(duration))
+        last = engine.lineage_[-1] if engine.lineage_ else {}
+        light = bool(last.get("light")) and last.get("version") == engine.model_version_
+        self.metrics.refits.labels(kind="light" if light else "full").inc()
         self.metrics.last_refit.set(time.time())
         self.metrics.observe_model(self.engine)
         _log.info("refit", extra={"model_version": int(engine.model_version_),
                                   "leaves": int(engine.model_.n_leaves), "duration_s": duration,
-                                  "events_seen": int(engine.n_events_seen_)})
+                                  "events_seen": int(engine.n_events_seen_), "light": light})
         self._write_report()
         if self.settings.checkpoint.on_refit:  # the new model on disk soon after it exists
             self.checkpoints.request(urgent=False)

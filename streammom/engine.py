@@ -69,7 +69,11 @@ from streammom.moments import (
 )
 from streammom.packed import Packed, add_into, dense
 from streammom.refit import RefitPass
-from streammom.refit_budget import refit_affordable_at, refit_cost_events
+from streammom.refit_budget import (
+    light_refit_cost_events,
+    refit_affordable_at,
+    refit_cost_events,
+)
 from streammom.reservoir import Reservoir
 from streammom.rowgram import RowGram, rows_limit
 from streammom.serialization import (
@@ -204,6 +208,8 @@ class StreamingHierarchy(Estimator):
     n_features_, n_events_seen_, n_events_since_refit_, n_refits_, n_rebases_,
     last_refit_time_, last_refit_duration_ :
         Dimension and counters (:meth:`refit_due_events`: when the next refit falls due).
+    n_light_refits_ : int
+        How many of ``n_refits_`` were light (the refinement alone: :meth:`refit`).
 
     Examples
     --------
@@ -311,6 +317,7 @@ class StreamingHierarchy(Estimator):
         self.last_refit_time_: float | None = None
         self.n_rebases_ = 0
         self.n_refits_ = 0
+        self.n_light_refits_ = 0
         self._next_id = 1
         self._batch_counter = 0
         self._events_since_refit = 0
@@ -499,7 +506,7 @@ class StreamingHierarchy(Estimator):
             self.n_events_seen_ += n
             self._events_since_refit += n
         if refit and self.refit_due():
-            self.refit()
+            self.refit(light=None)
         return routing
 
     def partial_fit(self, X: Any, weights: Any = None, timestamps: Any = None
@@ -577,12 +584,38 @@ class StreamingHierarchy(Estimator):
         due = self._refit_interval()
         if self.refit_every == "auto" and self.n_features_ is not None:
             seen_at_last_refit = self.n_events_seen_ - self._events_since_refit
-            affordable = refit_affordable_at(
-                self.refit_budget, self._refit_spent,
-                refit_cost_events(len(self.nodes_), self.n_features_),
-                self.max_leaves, self.n_features_)
+            affordable = self._affordable_at(light=False)
+            if self.em:  # a light refit when a full one is not affordable yet
+                affordable = min(affordable, self._affordable_at(light=True))
             due = max(due, affordable - seen_at_last_refit)
         return float(due)
+
+    def _affordable_at(self, *, light: bool) -> int:
+        """Events seen at which the budget affords a full (or a light) refit of the tree."""
+        assert self.n_features_ is not None
+        cost = (light_refit_cost_events(len(self.nodes_)) if light
+                else refit_cost_events(len(self.nodes_), self.n_features_))
+        return refit_affordable_at(self.refit_budget, self._refit_spent, cost,
+                                   self.max_leaves, self.n_features_)
+
+    def next_refit_is_light(self) -> bool:
+        """Whether a refit the policy runs now (:meth:`refit` with ``light=None``) is light:
+        the refinement alone, a small share of a full refit's cost, which needs no moment
+        sums (a helper process is not worth the state's trip)."""
+        return self._light_refit_now()
+
+    def _light_refit_now(self) -> bool:
+        """Whether a scheduled refit is a light one: ``refit_every="auto"`` with ``em`` and the
+        budget not yet affording a full refit (on a tree of one leaf a light refit has nothing
+        to refine: the tree waits for the full refit the budget affords, as it would have).
+        A refit the time trigger (``refit_every_seconds``, outside the budget) calls for is
+        full."""
+        elapsed = self._decay.since_refit()
+        timed = (self.refit_every_seconds is not None and elapsed is not None
+                 and elapsed >= self.refit_every_seconds)
+        return (not timed and self.refit_every == "auto" and self.em
+                and self.n_features_ is not None
+                and self.n_events_seen_ < self._affordable_at(light=False))
 
     def _refit_interval(self) -> int:
         """Events between refits. The growth schedule: the first refit after
@@ -737,15 +770,22 @@ class StreamingHierarchy(Estimator):
                  "weight": float(self._weight_true(root)), "columns": len(swaps),
                  "admitted": [t for _, t in swaps[:10]], "evicted": dropped[:10]}]
 
-    def refit(self) -> list[dict[str, Any]]:
+    def refit(self, *, light: bool | None = False) -> list[dict[str, Any]]:
         """Recompute splits top-down, re-split / prune / split (design §5); lineage records.
 
-        Callable by hand; the policy calls it every ``refit_every`` events and/or
-        ``refit_every_seconds`` of event time. Returns this refit's lineage records (empty when
-        nothing changed).
+        Callable by hand (a full refit; ``light=True`` a light one); the policy calls it every
+        ``refit_every`` events and/or ``refit_every_seconds`` of event time with
+        ``light=None``: with ``refit_every="auto"`` and ``em``, a refit the cost budget cannot
+        afford yet in full is then a *light* one — the refinement alone
+        (:func:`streammom.refine.refine_routers` with ``light=True``: the leaves' sums' steps
+        over the reservoirs from the tree's partition, no d × d work), charged
+        :func:`~streammom.refit_budget.light_refit_cost_events`, so the routers and the
+        leaves' scores keep following the sums of a long stream at a small share of the cost.
+        Returns this refit's lineage records (empty when nothing changed).
         """
         t0 = time.perf_counter()
         records: list[dict[str, Any]] = []
+        light = self._light_refit_now() if light is None else light and self.em
         if self.n_features_ is not None and self.nodes_:
             for v in self.nodes_.values():  # one block a node: products sum in one order
                 if isinstance(v.acc.C, RowGram):  # however the rows arrived (rowgram docs)
@@ -753,7 +793,8 @@ class StreamingHierarchy(Estimator):
             records = self._follow_vocabulary()
             eigen = NodeEigensolver(self.random_state, self.basis_dim, self.family_,
                                     self._scratch)
-            records += RefitPass(self, eigen).run()
+            refit_pass = RefitPass(self, eigen)
+            records += refit_pass.run_light() if light else refit_pass.run()
             if records:
                 self.model_version_ += 1
                 for rec in records:
@@ -762,8 +803,10 @@ class StreamingHierarchy(Estimator):
                 if len(self.lineage_) > self.max_lineage:
                     del self.lineage_[: len(self.lineage_) - self.max_lineage]
             self._rebuild_model()
-            self._refit_spent += refit_cost_events(len(self.nodes_), self.n_features_)
+            self._refit_spent += (light_refit_cost_events(len(self.nodes_)) if light else
+                                  refit_cost_events(len(self.nodes_), self.n_features_))
         self.n_refits_ += 1
+        self.n_light_refits_ += int(light)
         self._events_since_refit = 0
         self._decay.refit_at = self._decay.now
         self.last_refit_time_ = self._decay.now

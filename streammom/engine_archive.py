@@ -97,6 +97,7 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
         "n_events_seen": eng.n_events_seen_,
         "n_rebases": eng.n_rebases_,
         "n_refits": eng.n_refits_,
+        "n_light_refits": eng.n_light_refits_,
         "next_id": eng._next_id,
         "batch_counter": eng._batch_counter,
         "events_since_refit": eng._events_since_refit,
@@ -167,6 +168,7 @@ def engine_from_archive(
         eng.n_events_seen_ = int(st["n_events_seen"])
         eng.n_rebases_ = int(st["n_rebases"])
         eng.n_refits_ = int(st["n_refits"])
+        eng.n_light_refits_ = int(st.get("n_light_refits", 0))  # absent before light refits
         eng._next_id = int(st["next_id"])
         eng._batch_counter = int(st["batch_counter"])
         eng._events_since_refit = int(st["events_since_refit"])

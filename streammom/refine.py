@@ -23,6 +23,10 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   follows the better mixture. Its cost, one ASVTD and one more EM, is O(nnz · k) per pass, so
   it runs while rows × leaves ≤ ``RESTART_WORK`` (≲ 0.1 s at d = 1,024): on every refit of a
   short stream or a small tree, on the young tree of a long one;
+* pair re-splits (:mod:`streammom.pair_resplit`), for code sets (Bernoulli): the most
+  confused pairs of components of the routers' fit are fitted again, two at a time, from the
+  top eigenvector of their rows' between-component covariance; the fit is kept only when EM
+  from there is more likely;
 * k-means start: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS` and
   at least half the events learned (a short stream, whose reservoirs hold nearly all of it),
   one more start: k-means on the rows' spectral embedding, then the same EM
@@ -38,6 +42,10 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   optimum the start put them in. When it ends more likely, it becomes the leaves' scores as
   the k-means start does (the routers stay). On the synthetic code streams of 500 events it
   finds a higher likelihood on every seed tried (BENCHMARKS.md "Annealed restart");
+* the leaves' sums (:mod:`streammom.stream_sums`): the kept fits take the events outside the
+  reservoirs into three more M-steps through the leaves' exact sums, in proportion to the
+  share of each leaf's events its reservoir does not hold (nothing changes while the
+  reservoirs hold the stream);
 * subtree c of node v: π_c = Σ_{l∈c} π_l and μ_c = Σ_{l∈c} a_l μ_l / Σ_{l∈c} a_l with
   a_l = π_l (Bernoulli) or π_l · T1_l / W_l (multinomial: token mass), then
   :func:`streammom.model.map_router` of (μ_c₀, μ_c₁), (π_c₀, π_c₁) (thesis Alg. 4, MAP);
@@ -73,13 +81,16 @@ from streammom.mixture import (
     partition_sums,
 )
 from streammom.model import LeafScore, Router, leaf_scores, map_router
+from streammom.pair_resplit import pair_resplit
 from streammom.spectral import valid_parameters
 from streammom.split import Split
+from streammom.stream_sums import with_stream_sums
 from streammom.tree import Node, subtree
 
-__all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "RefinedRouters", "em_passes",
-           "gains_significantly", "match_components", "principal_bisection", "refine_routers",
-           "spectral_restart", "split_gain", "split_gain_rows", "subtree_centre"]
+__all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "LIGHT_EM_PASSES", "PAIR_EM_PASSES",
+           "PAIR_WORK", "RefinedRouters",
+           "em_passes", "gains_significantly", "match_components", "principal_bisection",
+           "refine_routers", "spectral_restart", "split_gain", "split_gain_rows", "subtree_centre"]
 
 _CENTRE_FLOOR = 1e-6
 #: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so
@@ -89,6 +100,17 @@ RESTART_WORK = 65_536
 #: (a long stream's many-leaf reservoirs), at least EM_MIN_PASSES.
 EM_WORK = 819_200
 EM_MIN_PASSES = 20
+#: EM passes of a light refit's refinement before the sums' steps: none — the tree's
+#: partition of the reservoir rows starts the sums' steps directly (10 passes gave the same
+#: labels on the long code streams at twice the cost: BENCHMARKS.md "Long and wide code
+#: streams").
+LIGHT_EM_PASSES = 0
+#: EM passes of the pair re-splits (each pair's two fits, then the whole mixture's).
+PAIR_EM_PASSES = 20
+#: The pair re-splits run while rows × leaves ≤ this (twice the restarts' bound: 16 leaves of
+#: 8,192 rows). Above it — a long stream's full 16-leaf reservoirs, 0.2 s a refit at
+#: d = 2,000 — the leaves' sums and the light refits carry the refinement.
+PAIR_WORK = 2 * RESTART_WORK
 #: The annealed restart's inverse temperatures, one tempered pass each: 6 steps from 0.3 to 1
 #: (geometric), 3 passes a step. Hotter starts (0.1) merged components on the 500-event code
 #: streams; 12 steps of 5 passes found the same fits (BENCHMARKS.md "Annealed restart").
@@ -146,7 +168,8 @@ def _start(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray,
 
 def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                    max_iter: int, tol: float = 1e-4, random_state: int = 0,
-                   n_events: int | None = None) -> RefinedRouters | None:
+                   n_events: int | None = None, weight_scale: float = 1.0,
+                   light: bool = False) -> RefinedRouters | None:
     """EM over the leaves, then one MAP router per internal node (module docstring).
 
     None when there is nothing to refine: a single leaf, a leaf without weight or an empty
@@ -155,7 +178,14 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     deterministic. The routers come from the better of the tree's and the spectral fit; the
     leaves' scores from the best of those, the k-means fit, which runs only while the rows are
     at least half of ``n_events`` (the events the tree has learned; None: no such bound), and
-    the annealed restart from the best of them (module docstring).
+    the annealed restart from the best of them (module docstring). Both fits then take the
+    leaves' sums into their M-step (:func:`streammom.stream_sums.with_stream_sums`;
+    ``weight_scale`` turns stored weights into true ones); ``log_likelihood`` is the kept
+    EM fit's on the rows, before that step.
+
+    ``light``: the refinement of a light refit (:meth:`StreamingHierarchy.refit
+    <streammom.engine.StreamingHierarchy.refit>`): the tree's partition of the rows,
+    :data:`LIGHT_EM_PASSES` EM passes, no restart or re-split, then the sums' steps.
     """
     leaf_ids = sorted(nid for nid, v in nodes.items() if v.is_leaf)
     leaves = [nodes[nid] for nid in leaf_ids]
@@ -169,8 +199,12 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                                  for v, b in zip(leaves, blocks, strict=True)])
     label = np.searchsorted(np.array(leaf_ids), _route_rows(nodes, root_id, rows))
     mu0, pi0 = _start(rows, row_weight, label, leaves, family)
-    fit = fit_mixture_em(rows, mu0, pi0, family=family, tol=tol,
-                         max_iter=em_passes(max_iter, rows.shape[0]), sample_weight=row_weight)
+    passes = min(LIGHT_EM_PASSES, max_iter) if light else em_passes(max_iter, rows.shape[0])
+    fit = fit_mixture_em(rows, mu0, pi0, family=family, tol=tol, max_iter=passes,
+                         sample_weight=row_weight)
+    if light:
+        fit = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale)
+        return _refined(nodes, leaves, leaf_ids, family, fit, fit, rows.shape[0], False)
     restarts = rows.shape[0] * len(leaves) <= RESTART_WORK  # spectral and annealed
     alt = None if not restarts else spectral_restart(
         rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
@@ -179,6 +213,12 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     if alt is not None and alt.log_likelihood > fit.log_likelihood:
         fit = _on_leaves(alt, rows, row_weight, label, family)
         restarted = True
+    # code sets only (on text it lowered R8's ARI: pair_resplit), within its work bound
+    if family == "bernoulli" and rows.shape[0] * len(leaves) <= PAIR_WORK:
+        resplit = pair_resplit(rows, row_weight, fit, family, tol=tol,
+                               max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state)
+        restarted |= resplit is not fit
+        fit = resplit
     scored = fit  # the leaves' scores (labels): also the k-means restart's fit if better
     km = kmeans_restart(rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
                         random_state=random_state, n_events=n_events)  # None: a long stream
@@ -190,6 +230,18 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                                   anneal=ANNEAL_BETAS)
         if annealed.log_likelihood > scored.log_likelihood:
             scored = annealed  # its components are still the leaves' (it started from them)
+    restarted |= scored is not fit
+    summed = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale)
+    scored = summed if scored is fit else with_stream_sums(rows, row_weight, scored, leaves,
+                                                           family, weight_scale=weight_scale)
+    return _refined(nodes, leaves, leaf_ids, family, summed, scored, rows.shape[0], restarted)
+
+
+def _refined(nodes: Mapping[int, Node], leaves: list[Node], leaf_ids: list[int],
+             family: Family, fit: MixtureEMResult, scored: MixtureEMResult, n_rows: int,
+             restarted: bool) -> RefinedRouters:
+    """The MAP router of every internal node from ``fit`` (its subtrees collapsed) and the
+    leaves' scores from ``scored`` (module docstring)."""
     mass = fit.weights.copy()
     if family == "multinomial":  # token mass of each leaf: share × mean length
         mass *= np.array([v.acc.t1 / v.acc.weight for v in leaves])
@@ -207,8 +259,8 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                                   floor=_CENTRE_FLOOR)
     scores = dict(zip(leaf_ids, leaf_scores(scored.means, scored.weights, family,
                                             floor=_CENTRE_FLOOR), strict=True))
-    return RefinedRouters(routers, scored.n_iter, scored.converged, rows.shape[0],
-                          restarted or scored is not fit, scored.log_likelihood, scores)
+    return RefinedRouters(routers, scored.n_iter, scored.converged, n_rows, restarted,
+                          scored.log_likelihood, scores)
 
 
 def em_passes(max_iter: int, n_rows: int) -> int:

@@ -153,6 +153,13 @@ class RefitPass:
             self._refine()
         return self.records
 
+    def run_light(self) -> list[dict[str, Any]]:
+        """A light refit: the refinement alone, no moment step and no growth
+        (:meth:`StreamingHierarchy.refit <streammom.engine.StreamingHierarchy.refit>`)."""
+        if self.eng.em:
+            self._refine(light=True)
+        return self.records
+
     def _grow(self) -> None:
         """Split leaves while the leaf budget lasts, the one whose split adds the most
         log-likelihood first (:func:`streammom.refine.split_gain`); a new leaf becomes a
@@ -225,14 +232,15 @@ class RefitPass:
         return self.root_recomputed or any(
             r["event"] in ("split", "re-split", "prune") for r in self.records)
 
-    def _refine(self) -> None:
+    def _refine(self, *, light: bool = False) -> None:
         """Likelihood refinement of the routers and the leaves' scores (:mod:`streammom.refine`);
         without a refinement (nothing to refine) no leaf keeps a score, so the model labels by
         the routers."""
         eng = self.eng
         refined = refine_routers(eng.nodes_, eng.root_id_, eng.family_,
                                  max_iter=eng.em_max_iter, random_state=eng.random_state,
-                                 n_events=eng.n_events_seen_)
+                                 n_events=eng.n_events_seen_, weight_scale=eng._scale(),
+                                 light=light)
         scores = {} if refined is None else refined.scores
         rescored = [nid for nid, v in eng.nodes_.items()
                     if (v.score is None) != (scores.get(nid) is None)
@@ -248,7 +256,8 @@ class RefitPass:
             fit = {} if refined is None else {
                 "em_iterations": refined.n_iter, "em_converged": refined.converged,
                 "em_rows": refined.n_rows, "em_restarted": refined.restarted}
-            self._record("refine", root, nodes=changed, scored=sorted(rescored), **fit)
+            self._record("refine", root, nodes=changed, scored=sorted(rescored), light=light,
+                         **fit)
 
     # ------------------------------------------------------------------ decisions
     def _stale(self, v: Node) -> bool:

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["GROWTH_REFITS", "REFIT_NODE_EVENTS", "REFIT_NODE_EVENTS_PER_D2",
-           "refit_affordable_at", "refit_allowance", "refit_cost_events"]
+__all__ = ["GROWTH_REFITS", "LIGHT_REFIT_NODE_EVENTS", "REFIT_NODE_EVENTS",
+           "REFIT_NODE_EVENTS_PER_D2", "light_refit_cost_events", "refit_affordable_at",
+           "refit_allowance", "refit_cost_events"]
 
 #: B: full-tree refits' worth of cost a young stream may spend before the budget paces refits.
 GROWTH_REFITS = 5
@@ -39,6 +40,9 @@ GROWTH_REFITS = 5
 REFIT_NODE_EVENTS = 3_900.0
 #: c₂: event-equivalents per node per d² (the d × d work).
 REFIT_NODE_EVENTS_PER_D2 = 0.00227
+#: c_L: event-equivalents per node of a light refit (passes over the reservoirs only), the
+#: top of what ``bench/refit_cost.py`` measured: 641–856 at d = 500 … 4,000, 31 nodes.
+LIGHT_REFIT_NODE_EVENTS = 800.0
 
 
 def refit_cost_events(n_nodes: int, d: int) -> float:
@@ -48,6 +52,16 @@ def refit_cost_events(n_nodes: int, d: int) -> float:
     402380
     """
     return n_nodes * (REFIT_NODE_EVENTS + REFIT_NODE_EVENTS_PER_D2 * d * d)
+
+
+def light_refit_cost_events(n_nodes: int) -> float:
+    """Estimated cost of a light refit (the refinement alone: the sums' steps over the
+    reservoirs from the tree's partition, no d × d work), in events of ingest: n_nodes · c_L.
+
+    >>> light_refit_cost_events(31) < refit_cost_events(31, 500) / 5
+    True
+    """
+    return n_nodes * LIGHT_REFIT_NODE_EVENTS
 
 
 def refit_allowance(budget: float, n_events: int, max_leaves: int, d: int) -> float:

@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                     engine = StreamingHierarchy.from_archive(manifest, arrays)
                     del manifest, arrays
                     t0 = time.perf_counter()
-                    engine.refit()
+                    engine.refit(light=None)
                     info = {"ok": True, "duration_s": time.perf_counter() - t0}
                     write_state(stdout, *engine.to_archive(), info=info)
                     del engine

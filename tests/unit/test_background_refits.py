@@ -92,6 +92,32 @@ def test_refits_in_the_helper_leave_the_state_and_labels_of_inline_refits(
     assert labels.by_batch() == inline_run[1]
 
 
+def test_light_refits_stay_on_the_callers_thread_with_the_same_result(
+        events: list[list[str]], helper: RefitProcess) -> None:
+    """A budget that affords light refits early: the full refits go to the helper, the light
+    ones (the refinement alone) run on the caller's thread, and state and labels are still
+    those of inline refits, byte for byte."""
+    def engine() -> StreamingHierarchy:
+        return StreamingHierarchy(vocabulary=Vocabulary(capacity=96), max_leaves=8,
+                                  reservoir_size=256, refit_budget=0.9)
+
+    inline, inline_labels = engine(), []
+    for a in range(0, N_EVENTS, BATCH):
+        routing = inline.learn(events[a:a + BATCH])
+        inline_labels.append((routing.model_version, routing.leaf_ids.tobytes()))
+    assert inline.n_light_refits_ >= 2
+    labels = Labels()
+    off = BackgroundRefits(engine(), helper, on_learned=labels)
+    for i, a in enumerate(range(0, N_EVENTS, BATCH)):
+        off.learn(events[a:a + BATCH], token=i)
+    off.settle()
+    assert off.engine.snapshot() == inline.snapshot()
+    assert labels.by_batch() == inline_labels
+    full = off.engine.n_refits_ - off.engine.n_light_refits_
+    assert off.engine.n_light_refits_ == inline.n_light_refits_
+    assert off.helper_refits == full and off.helper_failures == 0
+
+
 def test_current_labels_come_at_once_and_leave_the_state_alone(
         events: list[list[str]], inline_run: tuple[bytes, list], helper: RefitProcess) -> None:
     """``labels="current"``: every batch is labelled during its own call (held ones by the

@@ -36,3 +36,22 @@ def test_the_schedule_is_exported_after_every_batch(tmp_path: Path) -> None:
 def test_without_an_event_trigger_nothing_is_ever_due(tmp_path: Path) -> None:
     since, due, _, _ = _schedule(tmp_path, None)
     assert since == 3_000 and math.isinf(due)
+
+
+def test_light_refits_are_counted_apart_from_full_ones(tmp_path: Path) -> None:
+    """Once the growth burst is spent and a full refit is not yet affordable, the scheduled
+    refits are light: ``streammom_refits_total`` counts each refit that made a new model under
+    its kind, and the two kinds add up to the worker's refits."""
+    broker = MemoryBroker()
+    fill_cohort(broker, 3_000)
+    settings = small_settings(tmp_path, model={"refit_every": "auto", "refit_budget": 0.9})
+    worker = memory_worker(settings, broker)
+    assert worker.run() == 0
+    registry = worker.metrics.registry
+    full = registry.get_sample_value("streammom_refits_total", {"kind": "full"})
+    light = registry.get_sample_value("streammom_refits_total", {"kind": "light"})
+    assert full is not None and light is not None
+    assert light >= 1 and full >= 1
+    assert full + light == worker.refits
+    light_versions = {r["version"] for r in worker.engine.lineage_ if r.get("light")}
+    assert light == len(light_versions)
