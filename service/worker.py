@@ -705,8 +705,8 @@ class Worker:
         duration = engine.last_refit_duration_
         if duration is not None:
             self.metrics.refit_duration.observe(float(duration))
-        last = engine.lineage_[-1] if engine.lineage_ else {}
-        light = bool(last.get("light")) and last.get("version") == engine.model_version_
+        # light refits run on this process's loop; a state back from the helper is a full one
+        light = bool(engine.last_refit_light_)
         self.metrics.refits.labels(kind="light" if light else "full").inc()
         self.metrics.last_refit.set(time.time())
         self.metrics.observe_model(self.engine)

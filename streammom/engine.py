@@ -210,6 +210,9 @@ class StreamingHierarchy(Estimator):
         Dimension and counters (:meth:`refit_due_events`: when the next refit falls due).
     n_light_refits_ : int
         How many of ``n_refits_`` were light (the refinement alone: :meth:`refit`).
+    last_refit_light_ : bool
+        Whether the last refit this object ran was light (not kept in snapshots: an engine
+        restored from one says False).
 
     Examples
     --------
@@ -318,6 +321,7 @@ class StreamingHierarchy(Estimator):
         self.n_rebases_ = 0
         self.n_refits_ = 0
         self.n_light_refits_ = 0
+        self.last_refit_light_ = False  # this process's last refit (not kept in snapshots)
         self._next_id = 1
         self._batch_counter = 0
         self._events_since_refit = 0
@@ -807,6 +811,7 @@ class StreamingHierarchy(Estimator):
                                   refit_cost_events(len(self.nodes_), self.n_features_))
         self.n_refits_ += 1
         self.n_light_refits_ += int(light)
+        self.last_refit_light_ = light
         self._events_since_refit = 0
         self._decay.refit_at = self._decay.now
         self.last_refit_time_ = self._decay.now
