@@ -18,8 +18,9 @@ rank one, its top eigenvector the direction that separates the two. The statisti
 
 * Bernoulli (binary rows): M_i = x_i x_iᵀ − diag(x_i), m_i = x_i: the off-diagonal of the
   covariance. Its diagonal holds the within-component variances, which a plain principal axis
-  (:func:`streammom.refine.principal_bisection`) mixes in; on the sparse code sets it points
-  at the most frequent codes rather than at the difference of the two components.
+  (:func:`streammom.refine.principal_bisection`) mixes in: on the wide code streams of
+  BENCHMARKS.md ("Long and wide code streams", cause 1) the principal axis's starts ended less
+  likely than these on every sibling pair tried.
 * Multinomial (counts, length t_i ≥ 2): M_i = (x_i x_iᵀ − diag(x_i)) / (t_i (t_i − 1)),
   m_i = x_i / t_i, unbiased for μ_z μ_zᵀ and μ_z under the multinomial; rows of one token
   carry no second-order information and get weight 0 in B.
