@@ -603,17 +603,12 @@ class StreamingHierarchy(Estimator):
                                    self.max_leaves, self.n_features_)
 
     def next_refit_is_light(self) -> bool:
-        """Whether a refit the policy runs now (:meth:`refit` with ``light=None``) is light:
-        the refinement alone, a small share of a full refit's cost, which needs no moment
-        sums (a helper process is not worth the state's trip)."""
-        return self._light_refit_now()
-
-    def _light_refit_now(self) -> bool:
-        """Whether a scheduled refit is a light one: ``refit_every="auto"`` with ``em`` and the
-        budget not yet affording a full refit (on a tree of one leaf a light refit has nothing
-        to refine: the tree waits for the full refit the budget affords, as it would have).
-        A refit the time trigger (``refit_every_seconds``, outside the budget) calls for is
-        full."""
+        """Whether a refit the policy runs now (:meth:`refit` with ``light=None``) is light —
+        the refinement alone, which needs no moment sums (a helper process is not worth the
+        state's trip): ``refit_every="auto"`` with ``em`` and the budget not yet affording a
+        full refit (on a tree of one leaf a light refit has nothing to refine: the tree waits
+        for the full refit the budget affords, as it would have). A refit the time trigger
+        (``refit_every_seconds``, outside the budget) calls for is full."""
         elapsed = self._decay.since_refit()
         timed = (self.refit_every_seconds is not None and elapsed is not None
                  and elapsed >= self.refit_every_seconds)
@@ -789,7 +784,7 @@ class StreamingHierarchy(Estimator):
         """
         t0 = time.perf_counter()
         records: list[dict[str, Any]] = []
-        light = self._light_refit_now() if light is None else light and self.em
+        light = self.next_refit_is_light() if light is None else light and self.em
         if self.n_features_ is not None and self.nodes_:
             for v in self.nodes_.values():  # one block a node: products sum in one order
                 if isinstance(v.acc.C, RowGram):  # however the rows arrived (rowgram docs)

@@ -40,7 +40,7 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from streammom.estimators import Family
-from streammom.mixture import MixtureEMResult, fit_mixture_em, partition_sums
+from streammom.mixture import MixtureEMResult, fit_from_partition, partition_sums
 
 __all__ = ["EMBEDDING_DIM", "KMEANS_MIN_SHARE", "KMEANS_ROWS", "KMEANS_WORK", "N_INIT",
            "kmeans_restart", "spectral_embedding", "weighted_kmeans"]
@@ -176,8 +176,5 @@ def kmeans_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: F
     if Z.shape[1] == 0:
         return None
     label = weighted_kmeans(Z, k, row_weight, random_state)
-    sums, mass = partition_sums(rows, row_weight, label, k)
-    den = sums.sum(axis=1) if family == "multinomial" else mass
-    means = sums / np.maximum(den, np.finfo(float).tiny)[:, None]
-    return fit_mixture_em(rows, means, mass / mass.sum(), family=family, tol=tol,
-                          max_iter=max_iter, sample_weight=row_weight)
+    return fit_from_partition(rows, row_weight, label, k, family=family, max_iter=max_iter,
+                              tol=tol)

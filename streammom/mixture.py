@@ -44,6 +44,7 @@ from streammom.projection import floor_simplex
 
 __all__ = [
     "MixtureEMResult",
+    "fit_from_partition",
     "fit_mixture_em",
     "log_likelihood_matrix",
     "log_linear_params",
@@ -184,6 +185,18 @@ def partition_sums(X: Any, row_weight: np.ndarray, label: np.ndarray, k: int
     sums = onehot @ X
     sums = sums.toarray() if sp.issparse(sums) else sums
     return np.asarray(sums), np.bincount(label, weights=row_weight, minlength=k)
+
+
+def fit_from_partition(rows: Any, row_weight: np.ndarray, label: np.ndarray, k: int, *,
+                       family: Family, max_iter: int, tol: float) -> MixtureEMResult:
+    """EM from a hard partition of the weighted ``rows`` into ``k`` parts (``label``): each
+    part's weighted mean row (Bernoulli) or normalised token counts (multinomial) and its share
+    of the weight start :func:`fit_mixture_em`."""
+    sums, mass = partition_sums(rows, row_weight, label, k)
+    den = sums.sum(axis=1) if family == "multinomial" else mass
+    means = sums / np.maximum(den, np.finfo(float).tiny)[:, None]
+    return fit_mixture_em(rows, means, mass / mass.sum(), family=family, tol=tol,
+                          max_iter=max_iter, sample_weight=row_weight)
 
 
 def _m_step(

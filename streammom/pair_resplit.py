@@ -62,9 +62,9 @@ from streammom.decompose import top_eigenpairs
 from streammom.estimators import Family
 from streammom.mixture import (
     MixtureEMResult,
+    fit_from_partition,
     fit_mixture_em,
     map_assign,
-    partition_sums,
     responsibilities,
 )
 
@@ -124,16 +124,6 @@ def between_direction(rows: sp.csr_array, row_weight: np.ndarray, family: Family
     centre = m_bar @ u
     projection = (rows @ u) * freq if family == "multinomial" else rows @ u
     return projection - centre
-
-
-def _two_components(rows: sp.csr_array, row_weight: np.ndarray, side: np.ndarray,
-                    family: Family, *, max_iter: int, tol: float) -> MixtureEMResult:
-    """Two-component EM on ``rows`` from the partition ``side`` (0/1 each row)."""
-    sums, mass = partition_sums(rows, row_weight, side, 2)
-    den = sums.sum(axis=1) if family == "multinomial" else mass
-    means = sums / np.maximum(den, np.finfo(float).tiny)[:, None]
-    return fit_mixture_em(rows, means, mass / mass.sum(), family=family, tol=tol,
-                          max_iter=max_iter, sample_weight=row_weight)
 
 
 def _kept_places(rows: sp.csr_array, row_weight: np.ndarray, new: MixtureEMResult,
@@ -196,9 +186,10 @@ def pair_resplit(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResul
         side = (projection > 0).astype(np.int64)
         if side.min() == side.max():
             continue
-        current = _two_components(sub, sub_weight, (label[members] == b).astype(np.int64),
-                                  family, max_iter=max_iter, tol=tol)
-        new = _two_components(sub, sub_weight, side, family, max_iter=max_iter, tol=tol)
+        current = fit_from_partition(sub, sub_weight, (label[members] == b).astype(np.int64),
+                                     2, family=family, max_iter=max_iter, tol=tol)
+        new = fit_from_partition(sub, sub_weight, side, 2, family=family, max_iter=max_iter,
+                                 tol=tol)
         if new.log_likelihood > current.log_likelihood:
             order = _kept_places(sub, sub_weight, new, label[members] == b, family)
             means[[a, b]] = new.means[order]
