@@ -9,10 +9,11 @@ leaves, 1,000–50,000 events, 6–20 codes an event, signal 0.6–0.8
 (:func:`streammom.datasets.make_hierarchical_bernoulli`). Each stream:
 ``StreamingHierarchy(d, max_leaves=k)`` at its defaults, one pass in batches of 1,000, then
 ``predict``; the oracle is MAP under the true parameters. Two rows a stream: the shipped
-engine, and an ablation without the three parts added for these streams (pair re-splits,
-the leaves' sums in the M-step, light refits: :mod:`streammom.pair_resplit`,
-:mod:`streammom.stream_sums`, ``StreamingHierarchy.refit``) — the engine as it was before
-them. One core (thread pools pinned before numpy loads).
+engine, and an ablation without the four parts added for these streams (pair re-splits,
+split-and-merge moves, the leaves' sums in the M-step, light refits:
+:mod:`streammom.pair_resplit`, :mod:`streammom.split_merge`, :mod:`streammom.stream_sums`,
+``StreamingHierarchy.refit``) — the engine as it was before them. One core (thread pools
+pinned before numpy loads).
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ STREAMS = [
 
 @contextlib.contextmanager
 def before_long_stream_parts() -> Iterator[None]:
-    """The engine without pair re-splits, the leaves' sums and light refits (the ablation)."""
-    saved = (refine.pair_resplit, refine.with_stream_sums, StreamingHierarchy._affordable_at)
+    """The engine without pair re-splits, split-and-merge moves, the leaves' sums and light
+    refits (the ablation)."""
+    saved = (refine.pair_resplit, refine.with_stream_sums, StreamingHierarchy._affordable_at,
+             refine.split_merge)
     afford = StreamingHierarchy._affordable_at
 
     def full_only(self: StreamingHierarchy, *, light: bool) -> int:
@@ -55,11 +58,13 @@ def before_long_stream_parts() -> Iterator[None]:
 
     refine.pair_resplit = lambda rows, w, fit, *a, **k: fit  # type: ignore[assignment]
     refine.with_stream_sums = lambda rows, w, fit, *a, **k: fit  # type: ignore[assignment]
+    refine.split_merge = lambda rows, w, fit, *a, **k: fit  # type: ignore[assignment]
     StreamingHierarchy._affordable_at = full_only  # type: ignore[method-assign]
     try:
         yield
     finally:
         refine.pair_resplit, refine.with_stream_sums = saved[0], saved[1]
+        refine.split_merge = saved[3]
         StreamingHierarchy._affordable_at = saved[2]  # type: ignore[method-assign]
 
 

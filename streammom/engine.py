@@ -70,6 +70,7 @@ from streammom.moments import (
 from streammom.packed import Packed, add_into, dense
 from streammom.refit import RefitPass
 from streammom.refit_budget import (
+    light_refit_burst,
     light_refit_cost_events,
     refit_affordable_at,
     refit_cost_events,
@@ -129,7 +130,8 @@ class StreamingHierarchy(Estimator):
         With ``refit_every="auto"``: refits take at most this share of the engine's work,
         amortised — a proposed refit runs only if the estimated refit spend so far plus its
         own cost (:mod:`streammom.refit_budget`: per node, a constant plus d²) fits b/(1 − b)
-        × events seen plus a burst that pays for growing the tree. Deterministic (no clock).
+        × events seen plus a burst that pays for growing the tree (and a small one of its
+        own for the light refits that follow it). Deterministic (no clock).
     first_refit : int >= 1 or None, default 50
         Growth schedule: the first refit after ``first_refit`` events, then one each time the
         stream has grown by half since the last refit (as many refits as factors of 1.5,
@@ -326,6 +328,7 @@ class StreamingHierarchy(Estimator):
         self._batch_counter = 0
         self._events_since_refit = 0
         self._refit_spent = 0.0  # estimated refit work so far, in events (refit_budget)
+        self._light_burst_spent = 0.0  # light refits charged to their own burst (refit_budget)
         self._decay = DecayClock()  # event time, τ_ref of the stored sums, last refit time
         self._buffers: PackedBufferPool | None = None  # reused d(d+1)/2 refit temporaries
         self._scratch = ScratchBuffer()  # reused d x d float32 eigen-solve buffer
@@ -595,12 +598,21 @@ class StreamingHierarchy(Estimator):
         return float(due)
 
     def _affordable_at(self, *, light: bool) -> int:
-        """Events seen at which the budget affords a full (or a light) refit of the tree."""
+        """Events seen at which the budget affords a full (or a light) refit of the tree: a
+        light refit while the light refits' own burst has room for it, at once (0)."""
         assert self.n_features_ is not None
+        if light and self._in_light_burst():
+            return 0
         cost = (light_refit_cost_events(len(self.nodes_)) if light
                 else refit_cost_events(len(self.nodes_), self.n_features_))
         return refit_affordable_at(self.refit_budget, self._refit_spent, cost,
                                    self.max_leaves, self.n_features_)
+
+    def _in_light_burst(self) -> bool:
+        """Whether a light refit of the tree now fits the light refits' own burst
+        (:func:`streammom.refit_budget.light_refit_burst`)."""
+        return (self._light_burst_spent + light_refit_cost_events(len(self.nodes_))
+                <= light_refit_burst(self.max_leaves))
 
     def next_refit_is_light(self) -> bool:
         """Whether a refit the policy runs now (:meth:`refit` with ``light=None``) is light —
@@ -802,8 +814,11 @@ class StreamingHierarchy(Estimator):
                 if len(self.lineage_) > self.max_lineage:
                     del self.lineage_[: len(self.lineage_) - self.max_lineage]
             self._rebuild_model()
-            self._refit_spent += (light_refit_cost_events(len(self.nodes_)) if light else
-                                  refit_cost_events(len(self.nodes_), self.n_features_))
+            if light and self._in_light_burst():
+                self._light_burst_spent += light_refit_cost_events(len(self.nodes_))
+            else:
+                self._refit_spent += (light_refit_cost_events(len(self.nodes_)) if light else
+                                      refit_cost_events(len(self.nodes_), self.n_features_))
         self.n_refits_ += 1
         self.n_light_refits_ += int(light)
         self.last_refit_light_ = light

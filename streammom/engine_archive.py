@@ -14,6 +14,7 @@ serialisation, kept apart so ``engine.py`` stays the orchestration.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,15 @@ ENGINE_READS_SCHEMAS = (1,)
 #: prefix), so readers that need only the tree (``inspect``, ``report``) never inflate sums.
 MODEL_PREFIX = "model."
 
+
+
+def _spend(state: dict[str, Any], key: str) -> float:
+    """A refit budget counter of the snapshot's state (0 when absent: an older snapshot),
+    finite and non-negative or the snapshot is refused."""
+    value = float(state.get(key, 0.0))
+    if not (math.isfinite(value) and value >= 0.0):
+        raise SnapshotFormatError(f"malformed engine snapshot: {key} = {value!r}")
+    return value
 
 def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Manifest (schema, config, tree, lineage, counters, vocabulary, routing model) + arrays.
@@ -102,6 +112,7 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
         "batch_counter": eng._batch_counter,
         "events_since_refit": eng._events_since_refit,
         "refit_spent": eng._refit_spent,
+        "light_burst_spent": eng._light_burst_spent,
         "time_ref": eng._decay.time_ref,
         "clock": eng._decay.now,
         "refit_clock": eng._decay.refit_at,
@@ -172,7 +183,9 @@ def engine_from_archive(
         eng._next_id = int(st["next_id"])
         eng._batch_counter = int(st["batch_counter"])
         eng._events_since_refit = int(st["events_since_refit"])
-        eng._refit_spent = float(st.get("refit_spent", 0.0))  # absent before the budget
+        eng._refit_spent = _spend(st, "refit_spent")  # absent before the budget
+        # absent before the light refits' burst: a snapshot of an older engine starts it anew
+        eng._light_burst_spent = _spend(st, "light_burst_spent")
         eng._decay = DecayClock(
             time_ref=None if st["time_ref"] is None else float(st["time_ref"]),
             now=None if st["clock"] is None else float(st["clock"]),

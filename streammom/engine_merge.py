@@ -58,6 +58,7 @@ def merge_into(self: StreamingHierarchy, other: StreamingHierarchy) -> Streaming
     self.n_events_seen_ += other.n_events_seen_
     self._events_since_refit += other._events_since_refit
     self._refit_spent += other._refit_spent
+    self._light_burst_spent += other._light_burst_spent
     self._batch_counter = max(self._batch_counter, other._batch_counter) + 1
     self._rebuild_model()
     return self
@@ -87,6 +88,7 @@ def fork_of(self: StreamingHierarchy) -> StreamingHierarchy:
     out.n_events_seen_ = 0
     out._events_since_refit = 0
     out._refit_spent = 0.0
+    out._light_burst_spent = 0.0
     out._rebuild_model()
     return out
 

@@ -44,6 +44,7 @@ from streammom.projection import floor_simplex
 
 __all__ = [
     "MixtureEMResult",
+    "SumsPrior",
     "fit_from_partition",
     "fit_mixture_em",
     "log_likelihood_matrix",
@@ -72,6 +73,23 @@ class MixtureEMResult:
     converged: bool
     log_likelihood: float
     history: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class SumsPrior:
+    """Pseudo-counts for the M-step (MAP-EM under a conjugate Beta / Dirichlet prior): sums of
+    events the rows do not hold, each component's in proportion 1 − λ_j to the rows' λ_j.
+
+    With the rows' expected statistics ST_j = Σ_i w_i r_ij x_i and n_j = Σ_i w_i r_ij, the
+    M-step uses S_j = λ_j ST_j + (1 − λ_j) ``sums``_j and N_j = λ_j n_j + (1 − λ_j) ``mass``_j
+    in place of ST_j and n_j (μ_j = S_j / N_j, or S_j normalised for the multinomial family;
+    ω_j ∝ N_j). The streaming tree's leaves' exact sums enter its refinement this way
+    (:mod:`streammom.stream_sums`, design §5).
+    """
+
+    sums: np.ndarray  # (k, d)
+    mass: np.ndarray  # (k,)
+    share: np.ndarray  # (k,) λ_j in [0, 1]
 
 
 def _mu_floor(d: int) -> float:
@@ -204,11 +222,17 @@ def _m_step(
     nk: np.ndarray,
     mu_old: np.ndarray,
     family: str,
+    prior: SumsPrior | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """M-step from the expected sufficient statistics ST (d, k) = Xᵀ (w ∘ R) and
-    nk (k,) = Σ_i w_i r_ij (:func:`streammom._kernels.em_pass`)."""
-    total = float(nk.sum())
+    nk (k,) = Σ_i w_i r_ij (:func:`streammom._kernels.em_pass`), with ``prior``'s
+    pseudo-counts added (:class:`SumsPrior`)."""
     S = ST.T  # (k, d) expected (weighted) sufficient statistics
+    if prior is not None:
+        lam = prior.share
+        S = lam[:, None] * S + (1.0 - lam)[:, None] * prior.sums
+        nk = lam * nk + (1.0 - lam) * prior.mass
+    total = float(nk.sum())
     eps = _mu_floor(S.shape[1])
     empty = nk <= _EMPTY_REL * total
     mu = mu_old.copy()
@@ -232,6 +256,7 @@ def fit_mixture_em(
     max_iter: int = 100,
     sample_weight: Any = None,
     anneal: Sequence[float] = (),
+    prior: SumsPrior | None = None,
 ) -> MixtureEMResult:
     """EM for a k-component Bernoulli or multinomial mixture from (means_init, weights_init).
 
@@ -239,7 +264,8 @@ def fit_mixture_em(
     docstring) until ‖M_t − M_{t−1}‖_F < ``tol`` (converged) or ``max_iter`` M-steps. X is
     never densified. Deterministic. ``anneal``: inverse temperatures in (0, 1], one tempered
     pass each before the EM (module docstring, deterministic annealing); they count in neither
-    ``n_iter`` nor ``history``.
+    ``n_iter`` nor ``history``. ``prior``: pseudo-counts added in every M-step
+    (:class:`SumsPrior`; MAP-EM, ``log_likelihood`` is then still the rows' own).
     """
     check_family(family)
     if tol < 0 or max_iter < 0:
@@ -274,7 +300,7 @@ def fit_mixture_em(
 
     for beta in betas:
         e_step(mu, om, float(beta))
-        mu, om = _m_step(ST, nk, mu, family)
+        mu, om = _m_step(ST, nk, mu, family, prior)
 
     ll = e_step(mu, om)
     history = [ll]
@@ -282,7 +308,7 @@ def fit_mixture_em(
     n_iter = 0
     while n_iter < max_iter:
         n_iter += 1
-        mu_new, om = _m_step(ST, nk, mu, family)
+        mu_new, om = _m_step(ST, nk, mu, family, prior)
         delta = float(np.linalg.norm(mu_new - mu))
         mu = mu_new
         ll = e_step(mu, om)

@@ -27,6 +27,9 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   confused pairs of components of the routers' fit are fitted again, two at a time, from the
   top eigenvector of their rows' between-component covariance; the fit is kept only when EM
   from there is more likely;
+* a split-and-merge move (:mod:`streammom.split_merge`), under the same bound: where two
+  components share one cluster and a third holds two, the pair is merged and the third split
+  along its rows' between-component direction, kept when EM from there is more likely;
 * k-means start: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS` and
   at least half the events learned (a short stream, whose reservoirs hold nearly all of it),
   one more start: k-means on the rows' spectral embedding, then the same EM
@@ -84,6 +87,7 @@ from streammom.model import LeafScore, Router, leaf_scores, map_router
 from streammom.pair_resplit import pair_resplit
 from streammom.spectral import valid_parameters
 from streammom.split import Split
+from streammom.split_merge import split_merge
 from streammom.stream_sums import with_stream_sums
 from streammom.tree import Node, subtree
 
@@ -217,6 +221,8 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     if family == "bernoulli" and rows.shape[0] * len(leaves) <= PAIR_WORK:
         resplit = pair_resplit(rows, row_weight, fit, family, tol=tol,
                                max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state)
+        resplit = split_merge(rows, row_weight, resplit, family, tol=tol,
+                              max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state)
         restarted |= resplit is not fit
         fit = resplit
     scored = fit  # the leaves' scores (labels): also the k-means restart's fit if better

@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streammom.estimators import Family
-from streammom.mixture import MixtureEMResult, prepare_parameters, responsibilities
+from streammom.mixture import MixtureEMResult, SumsPrior, fit_mixture_em
 from streammom.tree import Node
 
 __all__ = ["STREAM_SUM_STEPS", "reservoir_shares", "with_stream_sums"]
@@ -69,22 +69,16 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
                      leaves: Sequence[Node], family: Family, *, weight_scale: float = 1.0,
                      steps: int = STREAM_SUM_STEPS) -> MixtureEMResult:
     """``fit`` (its components on ``leaves``, in order) after ``steps`` MAP-EM steps with the
-    leaves' sums (module docstring); ``fit`` itself when every λ_l is 1. ``rows`` and
-    ``row_weight`` are the refinement's (the leaves' reservoirs, stacked in leaf order)."""
+    leaves' sums (module docstring: :func:`streammom.mixture.fit_mixture_em` with the sums as
+    a :class:`~streammom.mixture.SumsPrior`); ``fit`` itself when every λ_l is 1. ``rows`` and
+    ``row_weight`` are the refinement's (the leaves' reservoirs, stacked in leaf order); the
+    result keeps ``fit``'s diagnostics (its EM's log-likelihood on the rows)."""
     share = reservoir_shares(leaves, weight_scale)
     if (share >= 1.0).all() or steps < 1:
         return fit
-    sums = np.vstack([v.acc.s for v in leaves])
-    weight = np.array([v.acc.weight for v in leaves], dtype=float)
-    means, weights = fit.means, fit.weights
-    for _ in range(steps):
-        resp = responsibilities(rows, means, weights, family) * row_weight[:, None]
-        soft = np.asarray(sp.csr_array(rows).T @ resp).T  # (k, d): Σ_i w_i r_il x_i
-        stats = share[:, None] * soft + (1.0 - share)[:, None] * sums
-        mass = share * resp.sum(axis=0) + (1.0 - share) * weight
-        den = stats.sum(axis=1) if family == "multinomial" else mass
-        raw = stats / np.maximum(den, 1e-300)[:, None]
-        keep = den <= 0  # no mass at all: the component stays where it was
-        raw[keep] = means[keep]
-        means, weights = prepare_parameters(raw, np.maximum(mass, 0.0), family)
-    return replace(fit, means=means, weights=weights)
+    prior = SumsPrior(sums=np.vstack([v.acc.s for v in leaves]),
+                      mass=np.array([v.acc.weight for v in leaves], dtype=float), share=share)
+    # tol 0: exactly ``steps`` M-steps, each one compiled E-step walk over the rows
+    summed = fit_mixture_em(rows, fit.means, fit.weights, family=family, tol=0.0,
+                            max_iter=steps, sample_weight=row_weight, prior=prior)
+    return replace(fit, means=summed.means, weights=summed.weights)

@@ -198,3 +198,53 @@ def test_refits_the_time_trigger_calls_for_stay_full() -> None:
         counted.partial_fit(X[start:start + 1_000], timestamps=ts)
     assert timed.n_refits_ == 12 and timed.n_light_refits_ == 0
     assert counted.n_light_refits_ >= 1
+
+
+def test_the_light_burst_refits_a_young_stream_without_delaying_full_refits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """20,000 events of 16 leaves at d = 1,000: the full burst ends at 8,000 events and the
+    budget affords no refit for ~99,000 more; the light refits' own burst
+    (refit_budget.GROWTH_LIGHT_REFITS) refits at 12,000 and 18,000 on the growth schedule,
+    charged to that burst — the spend the next full refit waits for is the full burst's — and
+    the labels end well above those of the model fitted at 8,000 events."""
+    import streammom.engine as engine_module
+
+    X, y, oracle = _codes(20_000, 1_000, 16, seed=11, signal=0.8)
+
+    def stream(eng: StreamingHierarchy) -> float:
+        for start in range(0, X.shape[0], 1_000):
+            eng.partial_fit(X[start:start + 1_000])
+        return adjusted_rand_score(y, eng.predict(X))
+
+    eng = StreamingHierarchy(1_000, max_leaves=16)
+    got = stream(eng)
+    light = [r["n_events"] for r in eng.lineage_ if r["event"] == "refine" and r.get("light")]
+    assert eng.n_light_refits_ == 2 and light == [12_000, 18_000]
+    assert eng._light_burst_spent > 0
+    without = StreamingHierarchy(1_000, max_leaves=16)
+    monkeypatch.setattr(engine_module, "light_refit_burst", lambda max_leaves: 0.0)
+    base = stream(without)
+    assert without.n_light_refits_ == 0 and without.n_refits_ == eng.n_refits_ - 2
+    # the light burst spent nothing the full refits are paced by
+    assert eng._refit_spent == without._refit_spent
+    assert (eng._affordable_at(light=False) == without._affordable_at(light=False)
+            > X.shape[0])
+    assert got > base + 0.03 and got > 0.85 * oracle, (got, base, oracle)
+
+
+def test_the_light_burst_spend_survives_the_archive_and_is_validated() -> None:
+    from streammom.serialization import SnapshotFormatError
+
+    X, _, _ = _codes(14_000, 600, 8, seed=2)
+    eng = StreamingHierarchy(600, max_leaves=8)
+    for start in range(0, X.shape[0], 1_000):
+        eng.partial_fit(X[start:start + 1_000])
+    assert eng._light_burst_spent > 0
+    manifest, arrays = eng.to_archive()
+    back = StreamingHierarchy.from_archive(manifest, arrays)
+    assert back._light_burst_spent == eng._light_burst_spent
+    assert back.refit_due_events() == eng.refit_due_events()
+    for bad in (float("nan"), -1.0, float("inf")):
+        hostile = {**manifest, "state": {**manifest["state"], "light_burst_spent": bad}}
+        with pytest.raises(SnapshotFormatError, match="light_burst_spent"):
+            StreamingHierarchy.from_archive(hostile, arrays)

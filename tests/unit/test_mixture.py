@@ -280,3 +280,33 @@ def test_anneal_takes_inverse_temperatures_in_the_unit_interval(anneal: list[flo
     with pytest.raises(ValueError, match="anneal"):
         fit_mixture_em(X, [[0.5, 0.5], [0.4, 0.6]], [0.5, 0.5], family="bernoulli",
                        anneal=anneal)
+
+
+def test_a_sums_prior_adds_pseudo_counts_to_every_m_step() -> None:
+    """λ = 1 everywhere: the prior weighs nothing and EM is the plain one, bit for bit; λ = 0:
+    one M-step returns the prior's own means and shares, whatever the rows say; in between,
+    the means lie between the rows' and the prior's."""
+    from streammom.mixture import SumsPrior
+
+    rng = np.random.default_rng(3)
+    X = sp.csr_array((rng.random((300, 12)) < 0.3).astype(float))
+    mu0 = np.full((2, 12), 0.3)
+    mu0[1, :6] = 0.6
+    pi0 = np.array([0.5, 0.5])
+    sums = np.vstack([np.full(12, 20.0), np.full(12, 80.0)])
+    mass = np.array([100.0, 100.0])
+    plain = fit_mixture_em(X, mu0, pi0, family="bernoulli", tol=0.0, max_iter=3)
+    same = fit_mixture_em(X, mu0, pi0, family="bernoulli", tol=0.0, max_iter=3,
+                          prior=SumsPrior(sums, mass, np.ones(2)))
+    assert np.array_equal(plain.means, same.means) and np.array_equal(plain.weights,
+                                                                      same.weights)
+    only = fit_mixture_em(X, mu0, pi0, family="bernoulli", tol=0.0, max_iter=1,
+                          prior=SumsPrior(sums, mass, np.zeros(2)))
+    np.testing.assert_allclose(only.means, sums / mass[:, None])
+    np.testing.assert_allclose(only.weights, [0.5, 0.5])
+    half = fit_mixture_em(X, mu0, pi0, family="bernoulli", tol=0.0, max_iter=1,
+                          prior=SumsPrior(sums, mass, np.full(2, 0.5)))
+    rows_only = fit_mixture_em(X, mu0, pi0, family="bernoulli", tol=0.0, max_iter=1)
+    low = np.minimum(rows_only.means, only.means) - 1e-12
+    high = np.maximum(rows_only.means, only.means) + 1e-12
+    assert ((half.means >= low) & (half.means <= high)).all()

@@ -13,9 +13,10 @@ from memory_harness import fill_cohort, memory_worker, small_settings
 from service.memory_transport import MemoryBroker
 
 
-def _schedule(tmp_path: Path, refit_every: object) -> tuple[float, float, int, float]:
+def _schedule(tmp_path: Path, refit_every: object, n: int = 3_000
+              ) -> tuple[float, float, int, float]:
     broker = MemoryBroker()
-    fill_cohort(broker, 3_000)
+    fill_cohort(broker, n)
     worker = memory_worker(small_settings(tmp_path, model={"refit_every": refit_every}), broker)
     assert worker.run() == 0
     registry = worker.metrics.registry
@@ -26,7 +27,8 @@ def _schedule(tmp_path: Path, refit_every: object) -> tuple[float, float, int, f
 
 
 def test_the_schedule_is_exported_after_every_batch(tmp_path: Path) -> None:
-    since, due, engine_since, engine_due = _schedule(tmp_path, "auto")
+    # 3,400 events: the last refit (a light one, at 3,000) is before the last batches
+    since, due, engine_since, engine_due = _schedule(tmp_path, "auto", 3_400)
     # the last batch's values, not the last refit's: events came after the last refit
     assert since == engine_since > 0
     assert due == engine_due

@@ -1,0 +1,118 @@
+"""Split-and-merge moves: a local search step for the refinement's mixture, three components
+at a time (Ueda, Nakano, Ghahramani & Hinton, "SMEM algorithm for mixture models", Neural
+Computation 12(9), 2000).
+
+EM from the tree's partition can stop where one cluster holds two leaves and another leaf
+holds two clusters: on the synthetic code streams of 16 leaves (BENCHMARKS.md "Split and
+merge") the confusion matrix of the stream's labels showed exactly that — two true clusters
+in one leaf, one true cluster across two sibling leaves — and EM cannot move out of it, since
+emptying a leaf and filling it elsewhere passes through less likely fits. The pair re-splits
+(:mod:`streammom.pair_resplit`) re-fit two components in place; this step moves one
+component from where it is redundant to where it is missing:
+
+1. **merge candidates**: the most confused pairs (a, b) of the fit
+   (:func:`streammom.pair_resplit.confused_pairs`, SMEM's merge criterion, eq. 8); the loss
+   of merging them is L₂(a, b) − L₁(a ∪ b), the two-component log-likelihood of their rows
+   (EM from their current partition) against that of one component, their weighted mean;
+2. **split candidates**: every other component c; the gain of splitting it is
+   L₂(c) − L₁(c) on its rows, the two components from the sign of the rows' projection on
+   the top eigenvector of their between-component covariance
+   (:func:`streammom.pair_resplit.between_direction`: for a mixture of two product
+   components it is rank one along their difference), then two-component EM;
+3. the move with the largest gain − loss, if positive: a becomes the merged component, c and
+   b the two halves of c (c keeps the half that holds more of its rows), then EM on all the
+   rows from there; the result is kept only if its weighted log-likelihood exceeds the
+   current fit's (same rows, same weights), so the step never makes the fit less likely.
+
+One move per refit; successive refits continue the search. Code sets (Bernoulli) only, like
+the pair re-splits, and within the same work bound (:data:`streammom.refine.PAIR_WORK`).
+Deterministic: the Lanczos starts are seeded by ``random_state`` and the component.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from streammom.estimators import Family
+from streammom.mixture import (
+    MixtureEMResult,
+    fit_from_partition,
+    fit_mixture_em,
+    log_likelihood_matrix,
+    partition_sums,
+    responsibilities,
+)
+from streammom.pair_resplit import MIN_PAIR_ROWS, between_direction, confused_pairs
+
+__all__ = ["MERGE_CANDIDATES", "split_merge"]
+
+#: Merge candidates tried against every split candidate: the most confused pairs.
+MERGE_CANDIDATES = 3
+
+
+def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
+                   ) -> tuple[float, np.ndarray]:
+    """(Σ_i w_i log p(x_i | μ), μ) of one component, μ the rows' weighted mean (Bernoulli)
+    or normalised token counts (multinomial)."""
+    sums, mass = partition_sums(rows, row_weight, np.zeros(rows.shape[0], dtype=np.int64), 1)
+    den = sums.sum() if family == "multinomial" else mass[0]
+    mu = sums / max(float(den), np.finfo(float).tiny)
+    ll = log_likelihood_matrix(rows, mu, [1.0], family)[:, 0]
+    return float(row_weight @ ll), mu[0]
+
+
+def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
+                family: Family, *, max_iter: int, tol: float, random_state: int = 0
+                ) -> MixtureEMResult:
+    """One split-and-merge move on ``fit`` over the weighted ``rows`` (module docstring):
+    the more likely fit, or ``fit`` itself when no move gains."""
+    k = fit.means.shape[0]
+    if k < 3:
+        return fit
+    resp = responsibilities(rows, fit.means, fit.weights, family)
+    label = resp.argmax(axis=1)
+    splits: dict[int, tuple[float, MixtureEMResult, bool]] = {}
+    for c in range(k):
+        members = np.flatnonzero(label == c)
+        if members.size < MIN_PAIR_ROWS:
+            continue
+        sub, sub_weight = rows[members], row_weight[members]
+        projection = between_direction(sub, sub_weight, family,
+                                       random_state=random_state * 7919 + c)
+        if projection is None:
+            continue
+        side = (projection > 0).astype(np.int64)
+        if side.min() == side.max():
+            continue
+        two = fit_from_partition(sub, sub_weight, side, 2, family=family, max_iter=max_iter,
+                                 tol=tol)
+        one, _ = _one_component(sub, sub_weight, family)
+        first_keeps = sub_weight[side == 0].sum() >= sub_weight[side == 1].sum()
+        splits[c] = (two.log_likelihood - one, two, bool(first_keeps))
+    best: tuple[float, int, int, int, np.ndarray] | None = None
+    for a, b in confused_pairs(resp, row_weight)[:MERGE_CANDIDATES]:
+        members = np.flatnonzero((label == a) | (label == b))
+        if members.size < MIN_PAIR_ROWS:
+            continue
+        sub, sub_weight = rows[members], row_weight[members]
+        pair = fit_from_partition(sub, sub_weight, (label[members] == b).astype(np.int64), 2,
+                                  family=family, max_iter=max_iter, tol=tol)
+        one, merged = _one_component(sub, sub_weight, family)
+        loss = pair.log_likelihood - one
+        for c, (gain, _, _) in splits.items():
+            if c not in (a, b) and (best is None or gain - loss > best[0]):
+                best = (gain - loss, a, b, c, merged)
+    if best is None or best[0] <= 0:
+        return fit
+    _, a, b, c, merged = best
+    _, two, first_keeps = splits[c]
+    keep, move = (0, 1) if first_keeps else (1, 0)
+    means, weights = fit.means.copy(), fit.weights.copy()
+    share_c = weights[c]
+    means[a], weights[a] = merged, weights[a] + weights[b]
+    means[c], weights[c] = two.means[keep], two.weights[keep] * share_c
+    means[b], weights[b] = two.means[move], two.weights[move] * share_c
+    out = fit_mixture_em(rows, means, weights, family=family, tol=tol, max_iter=max_iter,
+                         sample_weight=row_weight)
+    return out if out.log_likelihood > fit.log_likelihood else fit
