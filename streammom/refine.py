@@ -48,7 +48,8 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
 * the leaves' sums (:mod:`streammom.stream_sums`): the kept fits take the events outside the
   reservoirs into three more M-steps through the leaves' exact sums, in proportion to the
   share of each leaf's events its reservoir does not hold (nothing changes while the
-  reservoirs hold the stream);
+  reservoirs hold the stream), each fit only while it agrees with the tree's partition of
+  the rows (``label``: the sums are that partition's events);
 * subtree c of node v: π_c = Σ_{l∈c} π_l and μ_c = Σ_{l∈c} a_l μ_l / Σ_{l∈c} a_l with
   a_l = π_l (Bernoulli) or π_l · T1_l / W_l (multinomial: token mass), then
   :func:`streammom.model.map_router` of (μ_c₀, μ_c₁), (π_c₀, π_c₁) (thesis Alg. 4, MAP);
@@ -207,7 +208,8 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     fit = fit_mixture_em(rows, mu0, pi0, family=family, tol=tol, max_iter=passes,
                          sample_weight=row_weight)
     if light:
-        fit = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale)
+        fit = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
+                               label=label)
         return _refined(nodes, leaves, leaf_ids, family, fit, fit, rows.shape[0], False)
     restarts = rows.shape[0] * len(leaves) <= RESTART_WORK  # spectral and annealed
     alt = None if not restarts else spectral_restart(
@@ -237,9 +239,11 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
         if annealed.log_likelihood > scored.log_likelihood:
             scored = annealed  # its components are still the leaves' (it started from them)
     restarted |= scored is not fit
-    summed = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale)
+    summed = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
+                              label=label)
     scored = summed if scored is fit else with_stream_sums(rows, row_weight, scored, leaves,
-                                                           family, weight_scale=weight_scale)
+                                                           family, weight_scale=weight_scale,
+                                                           label=label)
     return _refined(nodes, leaves, leaf_ids, family, summed, scored, rows.shape[0], restarted)
 
 

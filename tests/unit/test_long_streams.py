@@ -3,6 +3,8 @@ components, the leaves' exact sums in the refinement's M-step, light refits betw
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -33,6 +35,37 @@ def _em_from(X: sp.csr_array, label: np.ndarray, k: int, family: str = "bernoull
     den = sums.sum(axis=1) if family == "multinomial" else mass
     return fit_mixture_em(X, sums / den[:, None], mass / mass.sum(), family=family,
                           max_iter=max_iter, sample_weight=w)
+
+
+def _three_refits_then(X: sp.csr_array, more: int) -> StreamingHierarchy:
+    """An 8-leaf engine at d = 2,000 that learned X[:8,000] with refits by hand after 1,000,
+    3,000 and 5,000 events, then X[8,000:] when ``more`` (no refit after them)."""
+    eng = StreamingHierarchy(2_000, max_leaves=8, refit_every=None)
+    for start in range(0, 8_000, 1_000):
+        eng.partial_fit(X[start:start + 1_000])
+        if start in (0, 2_000, 4_000):
+            eng.refit()
+    if more:
+        eng.partial_fit(X[8_000:])
+    return eng
+
+
+def _leaves_of(eng: StreamingHierarchy) -> list:
+    return [v for _, v in sorted(eng.nodes_.items()) if v.is_leaf]
+
+
+def _reservoir_fit(leaves: list) -> tuple[sp.csr_array, np.ndarray, np.ndarray, object]:
+    """The refinement's rows (the leaves' reservoirs, each row weighted W_l / R_l), each row's
+    leaf, and EM on them from that partition."""
+    blocks = [v.reservoir.to_csr() for v in leaves]
+    rows = sp.vstack(blocks, format="csr")
+    row_weight = np.concatenate([np.full(b.shape[0], v.acc.weight / b.shape[0])
+                                 for v, b in zip(leaves, blocks, strict=True)])
+    label = np.repeat(np.arange(len(leaves)), [b.shape[0] for b in blocks])
+    sums, mass = partition_sums(rows, row_weight, label, len(leaves))
+    fit = fit_mixture_em(rows, sums / mass[:, None], mass / mass.sum(), family="bernoulli",
+                         max_iter=100, sample_weight=row_weight)
+    return rows, row_weight, label, fit
 
 
 def test_the_between_direction_separates_two_product_components() -> None:
@@ -102,25 +135,14 @@ def test_the_sums_weigh_in_as_the_reservoirs_become_a_sample() -> None:
     components on a long wide stream label it better than the reservoir rows' EM alone; a
     fit whose leaves' reservoirs hold all their weight is returned as it is."""
     X, y, oracle = _codes(30_000, 2_000, 8, seed=12, signal=0.7)
-    eng = StreamingHierarchy(2_000, max_leaves=8, refit_every=None)
-    for start in range(0, 8_000, 1_000):
-        eng.partial_fit(X[start:start + 1_000])
-        if start in (0, 2_000, 4_000):
-            eng.refit()
-    leaves = [v for _, v in sorted(eng.nodes_.items()) if v.is_leaf]
+    eng = _three_refits_then(X, 0)
+    leaves = _leaves_of(eng)
     early = reservoir_shares(leaves)
     eng.partial_fit(X[8_000:])
     shares = reservoir_shares(leaves)
     assert (shares < early).all() and (shares > 0).all() and (early <= 1).all()
-    blocks = [v.reservoir.to_csr() for v in leaves]
-    rows = sp.vstack(blocks, format="csr")
-    row_weight = np.concatenate([np.full(b.shape[0], v.acc.weight / b.shape[0])
-                                 for v, b in zip(leaves, blocks, strict=True)])
-    label = np.repeat(np.arange(len(leaves)), [b.shape[0] for b in blocks])
-    sums, mass = partition_sums(rows, row_weight, label, len(leaves))
-    fit = fit_mixture_em(rows, sums / mass[:, None], mass / mass.sum(), family="bernoulli",
-                         max_iter=100, sample_weight=row_weight)
-    summed = with_stream_sums(rows, row_weight, fit, leaves, "bernoulli")
+    rows, row_weight, label, fit = _reservoir_fit(leaves)
+    summed = with_stream_sums(rows, row_weight, fit, leaves, "bernoulli", label=label)
 
     def ari(f) -> float:
         return adjusted_rand_score(y, map_assign(X, f.means, f.weights, "bernoulli"))
@@ -248,3 +270,25 @@ def test_the_light_burst_spend_survives_the_archive_and_is_validated() -> None:
         hostile = {**manifest, "state": {**manifest["state"], "light_burst_spent": bad}}
         with pytest.raises(SnapshotFormatError, match="light_burst_spent"):
             StreamingHierarchy.from_archive(hostile, arrays)
+
+
+def test_the_sums_join_only_a_fit_that_agrees_with_the_tree() -> None:
+    """The leaves' sums are the tree's partition of the events outside the reservoirs: with the
+    rows' routed leaves given, a fit whose components agree with them takes the sums' steps; the
+    same fit with its components permuted among the leaves (every row's MAP component another
+    leaf) is returned as it is, where without the test the sums would drag each component
+    towards another leaf's events."""
+    from streammom.stream_sums import MIN_AGREEMENT, tree_agreement
+
+    X, _, _ = _codes(30_000, 2_000, 8, seed=12, signal=0.7)
+    leaves = _leaves_of(_three_refits_then(X, 8_000))
+    rows, row_weight, label, fit = _reservoir_fit(leaves)
+    assert tree_agreement(rows, row_weight, fit, label, "bernoulli") >= MIN_AGREEMENT
+    summed = with_stream_sums(rows, row_weight, fit, leaves, "bernoulli", label=label)
+    assert not np.array_equal(summed.means, fit.means)
+    shift = np.roll(np.arange(len(leaves)), 1)
+    moved = replace(fit, means=fit.means[shift], weights=fit.weights[shift])
+    assert tree_agreement(rows, row_weight, moved, label, "bernoulli") < MIN_AGREEMENT
+    assert with_stream_sums(rows, row_weight, moved, leaves, "bernoulli", label=label) is moved
+    dragged = with_stream_sums(rows, row_weight, moved, leaves, "bernoulli")
+    assert not np.array_equal(dragged.means, moved.means)  # what the test keeps out
