@@ -8,9 +8,14 @@ the same time) from the tree alone:
 
 c₂ · d² per node covers the d × d work (assembling and unpacking C, the block-Krylov products of
 the eigen-solve); c₀ the work independent of d (the split, the EM passes over the reservoirs,
-bookkeeping). The constants were fitted on full refits (every internal node recomputed) of a
-31-node tree at d = 500 … 4,000, events of ~10 codes, BLAS on one thread
-(``bench/refit_cost.py``): 171k, 196k, 356k and 1.26M event-equivalents.
+bookkeeping). The constants are the mean of three least-squares fits on full refits (every
+internal node recomputed) of a 31-node tree at d = 500 … 4,000, events of ~10 codes, BLAS on
+one thread (``bench/refit_cost.py``; 2026-11-26 and twice on 2026-11-27): c₀ 10,732–12,654,
+c₂ 0.00101–0.00120; the last run measured 266k, 400k, 533k and 881k event-equivalents, which
+the model puts at 368k, 394k, 498k and 915k. (The constants in use before, 3,900 and 0.00227,
+from an older engine, put d = 1,000 at half its measured cost, so full refits after the burst
+took about twice the budget's share there: BENCHMARKS.md "The refit cost model measured
+again".)
 
 The budget is a token bucket. After N events the refits may have spent
 
@@ -63,9 +68,9 @@ GROWTH_REFITS = 5
 GROWTH_LIGHT_REFITS = 3
 
 #: c₀: event-equivalents of a refit's per-node work independent of d.
-REFIT_NODE_EVENTS = 3_900.0
+REFIT_NODE_EVENTS = 11_600.0
 #: c₂: event-equivalents per node per d² (the d × d work).
-REFIT_NODE_EVENTS_PER_D2 = 0.00227
+REFIT_NODE_EVENTS_PER_D2 = 0.00112
 #: c_L: event-equivalents per node of a light refit (passes over the reservoirs only), the
 #: top of what ``bench/refit_cost.py`` measured: 641–856 at d = 500 … 4,000, 31 nodes.
 LIGHT_REFIT_NODE_EVENTS = 800.0
@@ -75,7 +80,7 @@ def refit_cost_events(n_nodes: int, d: int) -> float:
     """Estimated cost of one refit, in events of ingest: n_nodes · (c₀ + c₂ · d²).
 
     >>> round(refit_cost_events(31, 2_000))
-    402380
+    498480
     """
     return n_nodes * (REFIT_NODE_EVENTS + REFIT_NODE_EVENTS_PER_D2 * d * d)
 
@@ -124,7 +129,7 @@ def refit_affordable_at(budget: float, spent: float, cost: float, max_leaves: in
     >>> n = refit_affordable_at(0.2, 5 * c, c, 16, 1_024)
     >>> def fits(n): return 6 * c <= refit_allowance(0.2, n, 16, 1_024)
     >>> n, fits(n), fits(n - 1)
-    (778754, True, False)
+    (1584027, True, False)
     """
     def fits(n: int) -> bool:
         return spent + cost <= refit_allowance(budget, n, max_leaves, d)
