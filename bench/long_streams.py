@@ -49,8 +49,7 @@ STREAMS = [
 def before_long_stream_parts() -> Iterator[None]:
     """The engine without pair re-splits, split-and-merge moves, the leaves' sums and light
     refits (the ablation)."""
-    saved = (refine.pair_resplit, refine.with_stream_sums, StreamingHierarchy._affordable_at,
-             refine.split_merge)
+    saved = (refine.pair_resplit, refine.split_merge, refine.with_stream_sums)
     afford = StreamingHierarchy._affordable_at
 
     def full_only(self: StreamingHierarchy, *, light: bool) -> int:
@@ -63,9 +62,8 @@ def before_long_stream_parts() -> Iterator[None]:
     try:
         yield
     finally:
-        refine.pair_resplit, refine.with_stream_sums = saved[0], saved[1]
-        refine.split_merge = saved[3]
-        StreamingHierarchy._affordable_at = saved[2]  # type: ignore[method-assign]
+        refine.pair_resplit, refine.split_merge, refine.with_stream_sums = saved
+        StreamingHierarchy._affordable_at = afford  # type: ignore[method-assign]
 
 
 def stream_ari(X: sp.csr_array, y: np.ndarray, d: int, k: int) -> tuple[float, int, float]:

@@ -603,15 +603,21 @@ class StreamingHierarchy(Estimator):
         assert self.n_features_ is not None
         if light and self._in_light_burst():
             return 0
-        cost = (light_refit_cost_events(len(self.nodes_)) if light
+        return refit_affordable_at(self.refit_budget, self._refit_spent,
+                                   self._refit_cost(light=light), self.max_leaves,
+                                   self.n_features_)
+
+    def _refit_cost(self, *, light: bool) -> float:
+        """The estimated cost of a full (or a light) refit of the tree now, in events of
+        ingest (:mod:`streammom.refit_budget`)."""
+        assert self.n_features_ is not None
+        return (light_refit_cost_events(len(self.nodes_)) if light
                 else refit_cost_events(len(self.nodes_), self.n_features_))
-        return refit_affordable_at(self.refit_budget, self._refit_spent, cost,
-                                   self.max_leaves, self.n_features_)
 
     def _in_light_burst(self) -> bool:
         """Whether a light refit of the tree now fits the light refits' own burst
         (:func:`streammom.refit_budget.light_refit_burst`)."""
-        return (self._light_burst_spent + light_refit_cost_events(len(self.nodes_))
+        return (self._light_burst_spent + self._refit_cost(light=True)
                 <= light_refit_burst(self.max_leaves))
 
     def next_refit_is_light(self) -> bool:
@@ -815,10 +821,9 @@ class StreamingHierarchy(Estimator):
                     del self.lineage_[: len(self.lineage_) - self.max_lineage]
             self._rebuild_model()
             if light and self._in_light_burst():
-                self._light_burst_spent += light_refit_cost_events(len(self.nodes_))
+                self._light_burst_spent += self._refit_cost(light=True)
             else:
-                self._refit_spent += (light_refit_cost_events(len(self.nodes_)) if light else
-                                      refit_cost_events(len(self.nodes_), self.n_features_))
+                self._refit_spent += self._refit_cost(light=light)
         self.n_refits_ += 1
         self.n_light_refits_ += int(light)
         self.last_refit_light_ = light

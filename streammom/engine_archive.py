@@ -51,7 +51,6 @@ ENGINE_READS_SCHEMAS = (1,)
 MODEL_PREFIX = "model."
 
 
-
 def _spend(state: dict[str, Any], key: str) -> float:
     """A refit budget counter of the snapshot's state (0 when absent: an older snapshot),
     finite and non-negative or the snapshot is refused."""
@@ -59,6 +58,7 @@ def _spend(state: dict[str, Any], key: str) -> float:
     if not (math.isfinite(value) and value >= 0.0):
         raise SnapshotFormatError(f"malformed engine snapshot: {key} = {value!r}")
     return value
+
 
 def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Manifest (schema, config, tree, lineage, counters, vocabulary, routing model) + arrays.

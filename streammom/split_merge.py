@@ -39,8 +39,6 @@ from streammom.mixture import (
     MixtureEMResult,
     fit_from_partition,
     fit_mixture_em,
-    log_likelihood_matrix,
-    partition_sums,
     responsibilities,
 )
 from streammom.pair_resplit import MIN_PAIR_ROWS, between_direction, confused_pairs
@@ -52,14 +50,11 @@ MERGE_CANDIDATES = 3
 
 
 def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
-                   ) -> tuple[float, np.ndarray]:
-    """(Σ_i w_i log p(x_i | μ), μ) of one component, μ the rows' weighted mean (Bernoulli)
-    or normalised token counts (multinomial)."""
-    sums, mass = partition_sums(rows, row_weight, np.zeros(rows.shape[0], dtype=np.int64), 1)
-    den = sums.sum() if family == "multinomial" else mass[0]
-    mu = sums / max(float(den), np.finfo(float).tiny)
-    ll = log_likelihood_matrix(rows, mu, [1.0], family)[:, 0]
-    return float(row_weight @ ll), mu[0]
+                   ) -> MixtureEMResult:
+    """The rows as one component: their weighted mean (Bernoulli) or normalised token counts
+    (multinomial) and its log-likelihood (:func:`fit_from_partition` with no EM pass)."""
+    return fit_from_partition(rows, row_weight, np.zeros(rows.shape[0], dtype=np.int64), 1,
+                              family=family, max_iter=0, tol=0.0)
 
 
 def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
@@ -87,7 +82,7 @@ def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult
             continue
         two = fit_from_partition(sub, sub_weight, side, 2, family=family, max_iter=max_iter,
                                  tol=tol)
-        one, _ = _one_component(sub, sub_weight, family)
+        one = _one_component(sub, sub_weight, family).log_likelihood
         first_keeps = sub_weight[side == 0].sum() >= sub_weight[side == 1].sum()
         splits[c] = (two.log_likelihood - one, two, bool(first_keeps))
     best: tuple[float, int, int, int, np.ndarray] | None = None
@@ -98,11 +93,11 @@ def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult
         sub, sub_weight = rows[members], row_weight[members]
         pair = fit_from_partition(sub, sub_weight, (label[members] == b).astype(np.int64), 2,
                                   family=family, max_iter=max_iter, tol=tol)
-        one, merged = _one_component(sub, sub_weight, family)
-        loss = pair.log_likelihood - one
+        one = _one_component(sub, sub_weight, family)
+        loss = pair.log_likelihood - one.log_likelihood
         for c, (gain, _, _) in splits.items():
             if c not in (a, b) and (best is None or gain - loss > best[0]):
-                best = (gain - loss, a, b, c, merged)
+                best = (gain - loss, a, b, c, one.means[0])
     if best is None or best[0] <= 0:
         return fit
     _, a, b, c, merged = best
