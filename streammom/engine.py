@@ -74,6 +74,8 @@ from streammom.refit_budget import (
     light_refit_cost_events,
     refit_affordable_at,
     refit_cost_events,
+    spent_past_youth,
+    youth_events,
 )
 from streammom.reservoir import Reservoir
 from streammom.rowgram import RowGram, rows_limit
@@ -130,8 +132,10 @@ class StreamingHierarchy(Estimator):
         With ``refit_every="auto"``: refits take at most this share of the engine's work,
         amortised — a proposed refit runs only if the estimated refit spend so far plus its
         own cost (:mod:`streammom.refit_budget`: per node, a constant plus d²) fits b/(1 − b)
-        × events seen plus a burst that pays for growing the tree (and a small one of its
-        own for the light refits that follow it). Deterministic (no clock).
+        × events seen plus a burst that pays for growing the tree on a young stream (its
+        first 16 · ``max_leaves`` · ``reservoir_size`` events; what it leaves unspent is
+        forfeited after them) and a small one of its own for the light refits that follow
+        it. Deterministic (no clock).
     first_refit : int >= 1 or None, default 50
         Growth schedule: the first refit after ``first_refit`` events, then one each time the
         stream has grown by half since the last refit (as many refits as factors of 1.5,
@@ -599,13 +603,33 @@ class StreamingHierarchy(Estimator):
 
     def _affordable_at(self, *, light: bool) -> int:
         """Events seen at which the budget affords a full (or a light) refit of the tree: a
-        light refit while the light refits' own burst has room for it, at once (0)."""
+        light refit while the light refits' own burst has room for it, at once (0); past the
+        stream's youth (:func:`~streammom.refit_budget.youth_events`) with what the young
+        stream left of its allowance forfeited."""
         assert self.n_features_ is not None
         if light and self._in_light_burst():
             return 0
         return refit_affordable_at(self.refit_budget, self._refit_spent,
                                    self._refit_cost(light=light), self.max_leaves,
-                                   self.n_features_)
+                                   self.n_features_, youth=self._youth(),
+                                   n_events=self.n_events_seen_)
+
+    def _youth(self) -> int | None:
+        """Y, the events of the stream's youth (:func:`~streammom.refit_budget.youth_events`);
+        None when the youth ended before the last refit (its spend already counts it)."""
+        y = youth_events(self.max_leaves, self.reservoir_size)
+        return y if self.n_events_seen_ - self._events_since_refit <= y else None
+
+    def _close_youth(self) -> None:
+        """At the first refit past the stream's youth, forfeit what the young stream left of
+        its allowance (:func:`~streammom.refit_budget.spent_past_youth`): one step in the
+        spend, from the counts alone, so a restored or replayed engine takes it at the same
+        refit."""
+        y = self._youth()
+        if y is not None and self.n_events_seen_ > y:
+            assert self.n_features_ is not None
+            self._refit_spent = spent_past_youth(self._refit_spent, self.refit_budget, y,
+                                                 self.max_leaves, self.n_features_)
 
     def _refit_cost(self, *, light: bool) -> float:
         """The estimated cost of a full (or a light) refit of the tree now, in events of
@@ -820,6 +844,8 @@ class StreamingHierarchy(Estimator):
                 if len(self.lineage_) > self.max_lineage:
                     del self.lineage_[: len(self.lineage_) - self.max_lineage]
             self._rebuild_model()
+            if self.refit_every == "auto":
+                self._close_youth()
             if light and self._in_light_burst():
                 self._light_burst_spent += self._refit_cost(light=True)
             else:

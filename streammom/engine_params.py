@@ -39,7 +39,8 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
           "stream has grown by half (a tree on short streams); None: no growth schedule"),
     Param("refit_budget", 0.2, (Interval(float, 0.0, 1.0, closed="neither"),),
           "with refit_every=auto, the share of the work refits may take, amortised after a "
-          "growth burst (a refit's cost estimated from the tree size and d; deterministic); "
+          "growth burst on the young stream (its first 16 x max_leaves x reservoir_size "
+          "events; a refit's cost estimated from the tree size and d; deterministic); "
           "a scheduled refit it cannot afford in full yet is light (the refinement alone)"),
     Param("refit_every_seconds", None, (_POSITIVE, None),
           "refit after this many seconds of event time; None: no time trigger"),

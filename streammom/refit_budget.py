@@ -29,6 +29,21 @@ counted from the tree and d only — never a clock — so runs replay exactly. T
 conservative: most refits recompute only the nodes that received enough new weight, and in
 the daemon an event costs far more than in the bare engine.
 
+The burst belongs to a *young* stream: one that has learned at most
+``YOUTH_EVENTS_PER_SLOT`` (16) events per slot of its leaves' reservoirs,
+
+    N ≤ Y = 16 · max_leaves · reservoir_size        (262,144 events at the defaults),
+
+so the refinement's rows are still a real share of what the tree learned. Past Y whatever the
+young stream left of its allowance is forfeited — the spend counts as at least allowance(Y) —
+and refits are paced by the share b of the events learned since Y alone. On a long stream
+the burst's last full refits fall where the reservoirs hold a few per cent of the events;
+there a full refit of a 16-leaf tree at d = 2,000 (0.6–0.9 s) labelled held-out events no
+better than the light refit that replaces it (ARI 0.761 both at 360,458 events), and the
+young stream's allowance paid for about half of the engine's time over its first 2M events
+(BENCHMARKS.md "The growth burst belongs to a young stream"). Every stream of the quality
+benches is young throughout (≤ 50,000 events), so their refits are unchanged.
+
 Light refits (the refinement alone, c_L per node) have a burst of their own,
 ``GROWTH_LIGHT_REFITS`` light refits of the full tree: while it lasts, the light refits the
 growth schedule proposes after the full burst run at once and are charged to it, not to the
@@ -50,11 +65,14 @@ __all__ = [
     "LIGHT_REFIT_NODE_EVENTS",
     "REFIT_NODE_EVENTS",
     "REFIT_NODE_EVENTS_PER_D2",
+    "YOUTH_EVENTS_PER_SLOT",
     "light_refit_burst",
     "light_refit_cost_events",
     "refit_affordable_at",
     "refit_allowance",
     "refit_cost_events",
+    "spent_past_youth",
+    "youth_events",
 ]
 
 #: B: full-tree refits' worth of cost a young stream may spend before the budget paces refits.
@@ -66,6 +84,10 @@ GROWTH_REFITS = 5
 #: ~460,000) labelled 50,000-event streams worse (0.90–0.91 against 0.92 × the oracle): each
 #: light refit moves the routers, so the leaves' sums mix more partitions.
 GROWTH_LIGHT_REFITS = 3
+
+#: A stream is young (its growth burst open) while it has learned at most this many events per
+#: slot of its leaves' reservoirs (module docstring).
+YOUTH_EVENTS_PER_SLOT = 16
 
 #: c₀: event-equivalents of a refit's per-node work independent of d.
 REFIT_NODE_EVENTS = 11_600.0
@@ -116,28 +138,69 @@ def refit_allowance(budget: float, n_events: int, max_leaves: int, d: int) -> fl
             + GROWTH_REFITS * refit_cost_events(2 * max_leaves - 1, d))
 
 
-def refit_affordable_at(budget: float, spent: float, cost: float, max_leaves: int, d: int
-                        ) -> int:
+def youth_events(max_leaves: int, reservoir_size: int) -> int:
+    """Y: the events a stream learns while young (module docstring),
+    ``YOUTH_EVENTS_PER_SLOT · max_leaves · reservoir_size``.
+
+    >>> youth_events(16, 1_024)
+    262144
+    """
+    return YOUTH_EVENTS_PER_SLOT * max_leaves * reservoir_size
+
+
+def spent_past_youth(spent: float, budget: float, youth: int, max_leaves: int, d: int
+                     ) -> float:
+    """The spend of a stream past its youth Y: at least the young stream's whole allowance,
+    ``max(spent, refit_allowance(budget, Y, …))`` (module docstring). Idempotent.
+
+    >>> a = refit_allowance(0.2, 262_144, 16, 1_024)
+    >>> [spent_past_youth(x, 0.2, 262_144, 16, 1_024) / a for x in (0.0, 2 * a)]
+    [1.0, 2.0]
+    """
+    return max(spent, refit_allowance(budget, youth, max_leaves, d))
+
+
+def refit_affordable_at(budget: float, spent: float, cost: float, max_leaves: int, d: int,
+                        *, youth: int | None = None, n_events: int = 0) -> int:
     """The fewest events seen N with ``spent + cost <= refit_allowance(budget, N, …)``: when a
     refit of estimated ``cost`` fits the budget, given the refit work ``spent`` so far.
+    ``youth``: Y of :func:`youth_events` (None: always young); past it the spend is
+    :func:`spent_past_youth` (module docstring), so the answer depends on the events seen so
+    far, ``n_events``.
 
     The allowance is linear in N, so N = ⌈(spent + cost − burst) · (1 − b) / b⌉ (0 while the
     burst lasts), corrected by a step where rounding puts the bound one event off — the
-    result is exact for the predicate the refit policy tests.
+    result is exact for the predicate the refit policy tests. With ``youth``: that N while
+    the stream is young (``n_events`` ≤ Y) and N ≤ Y, else the fewest N > Y that affords the
+    refit with the spend past youth.
 
     >>> c = refit_cost_events(31, 1_024)  # a full 16-leaf tree, after the burst's 5 refits
     >>> n = refit_affordable_at(0.2, 5 * c, c, 16, 1_024)
     >>> def fits(n): return 6 * c <= refit_allowance(0.2, n, 16, 1_024)
     >>> n, fits(n), fits(n - 1)
     (1584027, True, False)
+    >>> refit_affordable_at(0.2, 2 * c, c, 16, 1_024, youth=262_144, n_events=100_000)
+    0
+    >>> refit_affordable_at(0.2, 2 * c, c, 16, 1_024, youth=262_144, n_events=300_000)
+    1846171
     """
-    def fits(n: int) -> bool:
-        return spent + cost <= refit_allowance(budget, n, max_leaves, d)
-
     burst = refit_allowance(budget, 0, max_leaves, d)
-    n = max(0, math.ceil((spent + cost - burst) * (1.0 - budget) / budget))
-    while not fits(n):
-        n += 1
-    while n > 0 and fits(n - 1):
-        n -= 1
-    return n
+
+    def first_fit(spent: float) -> int:
+        def fits(n: int) -> bool:
+            return spent + cost <= refit_allowance(budget, n, max_leaves, d)
+
+        n = max(0, math.ceil((spent + cost - burst) * (1.0 - budget) / budget))
+        while not fits(n):
+            n += 1
+        while n > 0 and fits(n - 1):
+            n -= 1
+        return n
+
+    if youth is None:
+        return first_fit(spent)
+    if n_events <= youth:
+        n = first_fit(spent)
+        if n <= youth:
+            return n
+    return max(youth + 1, first_fit(spent_past_youth(spent, budget, youth, max_leaves, d)))

@@ -292,3 +292,48 @@ def test_the_sums_join_only_a_fit_that_agrees_with_the_tree() -> None:
     assert with_stream_sums(rows, row_weight, moved, leaves, "bernoulli", label=label) is moved
     dragged = with_stream_sums(rows, row_weight, moved, leaves, "bernoulli")
     assert not np.array_equal(dragged.means, moved.means)  # what the test keeps out
+
+
+def test_the_growth_burst_belongs_to_a_young_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reservoirs of 32 rows and 4 leaves: the stream is young for its first 16 · 4 · 32 = 2,048
+    events (refit_budget.youth_events). Up to then the refits are those of an engine that
+    stays young; at the first refit past it the spend counts the young stream's whole
+    allowance, so the full refits the unspent burst would still have paid for become light
+    ones, paced by the share b from then on; the same happens to an engine restored from a
+    snapshot taken just before."""
+    from streammom.refit_budget import refit_allowance, refit_cost_events, youth_events
+
+    X, _, _ = _codes(30_000, 300, 4, seed=5)
+    youth = youth_events(4, 32)
+    assert youth == 2_048
+
+    def stream(eng: StreamingHierarchy, start: int = 0) -> list[tuple[int, bool]]:
+        refits = []
+        for a in range(start, X.shape[0], 500):
+            n = eng.n_refits_
+            eng.partial_fit(X[a:a + 500])
+            if eng.n_refits_ > n:
+                refits.append((eng.n_events_seen_, eng.last_refit_light_))
+        return refits
+
+    aged = StreamingHierarchy(300, max_leaves=4, reservoir_size=32)
+    got = stream(aged)
+    young = StreamingHierarchy(300, max_leaves=4, reservoir_size=32)
+    monkeypatch.setattr(young, "_youth", lambda: None)  # young forever: the burst stays open
+    kept = stream(young)
+    assert [r for r in got if r[0] <= youth] == [r for r in kept if r[0] <= youth]
+    full_after = [n for n, light in got if n > youth and not light]
+    assert [n for n, light in kept if n > youth and not light]  # the burst had room for more
+    pace = (1 - aged.refit_budget) / aged.refit_budget * refit_cost_events(7, 300)
+    assert not full_after and X.shape[0] < youth + pace  # none affordable since the youth
+    assert any(n > youth and light for n, light in got)  # the light refits go on
+    assert aged._refit_spent >= refit_allowance(aged.refit_budget, youth, 4, 300)
+    assert aged._affordable_at(light=False) >= youth + pace  # the next full refit
+
+    again = StreamingHierarchy(300, max_leaves=4, reservoir_size=32)
+    for a in range(0, 2_000, 500):
+        again.partial_fit(X[a:a + 500])
+    again = StreamingHierarchy.from_archive(*again.to_archive())
+    assert [r for r in got if r[0] > 2_000] == stream(again, 2_000)
+    assert again._refit_spent == aged._refit_spent
+    assert np.array_equal(again.predict(X), aged.predict(X))
