@@ -165,7 +165,8 @@ class StreamingHierarchy(Estimator):
         rises with them (DNA 0.644 → 0.717 → 0.742, its worst order 0.603 → 0.734 from 50 to
         100; R8 0.516 → 0.552, BENCHMARKS.md "over several arrival orders"); EM stops earlier
         once converged. The refinement's passes are also bounded in work, passes × rows ≤
-        ``refine.EM_WORK`` (100 passes up to 8,192 rows; design §5).
+        ``refine.EM_WORK`` (100 passes up to 8,192 rows; design §5), scaled by the rows'
+        share of the events learned.
         The moment splits stay the start of every new split. False: moment routers only.
     random_state : int >= 0, default 0
         Seed of every random choice (reservoirs, eigensolver starts).

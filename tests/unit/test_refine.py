@@ -351,6 +351,10 @@ def test_the_refinement_em_is_capped_in_work_not_below_its_floor(
     assert refine.em_passes(100, 16_384) == refine.EM_WORK // 16_384  # 50: passes × rows bounded
     assert refine.em_passes(100, 10 ** 9) == refine.EM_MIN_PASSES
     assert refine.em_passes(7, 10 ** 9) == 7  # never above max_iter
+    # rows that hold a quarter of the stream: a quarter of the work (the sums carry the rest)
+    assert refine.em_passes(100, 4_096, coverage=0.25) == refine.EM_WORK // 4 // 4_096
+    assert refine.em_passes(100, 1_000, coverage=1e-4) == refine.EM_MIN_PASSES
+    assert refine.em_passes(100, 1_000, coverage=3.0) == 100  # never more than the full bound
     eng, _, _ = _scrambled(seed=8)
     passes: list[tuple[int, int]] = []
     real = refine.fit_mixture_em
@@ -365,6 +369,10 @@ def test_the_refinement_em_is_capped_in_work_not_below_its_floor(
     refined = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=100)
     assert passes[0] == (n_rows, 5)
     assert refined is not None and refined.n_iter <= 100
+    passes.clear()
+    monkeypatch.setattr(refine, "EM_WORK", n_rows * 40)
+    refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=100, n_events=n_rows * 8)
+    assert passes[0] == (n_rows, 5)  # the rows hold an eighth of the events learned
 
 
 def test_match_components_keeps_each_leaf_on_the_component_that_holds_its_rows() -> None:
