@@ -19,7 +19,8 @@ bare runs are printed.
 
 Prints events/s of both and their ratio (target ≥ 0.7), the longest loop stall (the longest
 time between two polls of the worker: a batch with its refits, checkpoints and flushes;
-target ≤ 1 s), the process's peak RSS (target ≤ 600 MB: the bare loops around the daemon
+target ≤ 1 s) with its parts (``longest_stall_parts``: the work after the earlier poll, its
+records and refits, and the later poll's wait), the process's peak RSS (target ≤ 600 MB: the bare loops around the daemon
 hold little), the daemon's refits, checkpoints, leaves and vocabulary fill, and the cyclic
 collector's collections (generations 0, 1, 2) and pauses over the daemon's timed run.
 """
@@ -45,7 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon_throughput import run_bare
-from kafka_bench import create_topics, daemon_worker, drive, kafka_bootstrap, produce
+from kafka_bench import Stall, create_topics, daemon_worker, drive, kafka_bootstrap, produce
 
 from service.config import load_settings
 from service.malloc_arenas import cap_malloc_arenas
@@ -125,8 +126,9 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
             helper_hwm.append(_helper_peak_rss_mb(worker))  # before shutdown stops it
             return True
 
+        longest = Stall()
         try:
-            seconds, stall = drive(worker, done, started)
+            seconds, stall = drive(worker, done, started, stall=longest)
         finally:
             pauses.stop()
             memory.stop()
@@ -135,6 +137,9 @@ def run_daemon(bootstrap: str, topic: str, n: int) -> dict[str, float]:
         engine = worker.engine
         refits = worker._refits
         return {"daemon_events_per_s": n / seconds, "longest_stall_s": stall,
+                "stall_parts": {"work_s": round(longest.work_s, 3),
+                                "poll_s": round(longest.poll_s, 3),
+                                "records": longest.records, "refits": longest.refits},
                 "cpu_us_per_event": 1e6 * cpu / n, "helper_cpu_s": helper_cpu,
                 "helper_peak_rss_mb": helper_hwm[0] if helper_hwm else 0.0,
                 "daemon_peak_rss_mb": memory.peak_rss_mb,
@@ -280,7 +285,8 @@ def main() -> None:
         "daemon_events_per_s": round(
             daemon["daemon_events_per_s"]),
         "ratio_daemon_over_bare": round(daemon["daemon_events_per_s"] / bare, 3),
-        "longest_stall_s": round(daemon["longest_stall_s"], 3), "peak_rss_mb": round(rss_mb),
+        "longest_stall_s": round(daemon["longest_stall_s"], 3),
+        "longest_stall_parts": daemon["stall_parts"], "peak_rss_mb": round(rss_mb),
         "daemon_cpu_us_per_event": round(daemon["cpu_us_per_event"], 1),
         "helper_peak_rss_mb": round(daemon["helper_peak_rss_mb"]),
         **{k: round(daemon[k]) for k in ("daemon_peak_rss_mb", "peak_rss_both_mb",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaProducer
 
@@ -15,7 +16,7 @@ from service.kafka_sink import KafkaSink
 from service.metrics import WorkerMetrics
 from service.worker import Worker
 
-__all__ = ["create_topics", "daemon_worker", "drive", "kafka_bootstrap", "produce"]
+__all__ = ["Stall", "create_topics", "daemon_worker", "drive", "kafka_bootstrap", "produce"]
 
 
 def daemon_worker(settings: Settings) -> Worker:
@@ -61,32 +62,52 @@ def produce(bootstrap: str, topic: str, messages: Iterable[tuple[bytes | None, b
     producer.close()
 
 
+@dataclass
+class Stall:
+    """The longest time between two polls of :func:`drive`, in its parts: the work after the
+    earlier poll (a batch — with ``refits`` refits started or collected — or the idle step)
+    and the later poll's own wait for records."""
+
+    seconds: float = 0.0
+    work_s: float = 0.0
+    poll_s: float = 0.0
+    records: int = 0
+    refits: int = 0
+
+
 def drive(worker: Worker, done: Callable[[], bool],
-          started: Callable[[], bool] = lambda: True) -> tuple[float, float]:
+          started: Callable[[], bool] = lambda: True, *, stall: Stall | None = None
+          ) -> tuple[float, float]:
     """Run the worker's loop steps (poll, aligned blocks, process, idle work) until ``done()``.
 
     Returns ``(seconds, longest_stall)``: the time from the first batch processed while
     ``started()`` (after start-up, election and take-over) to the end, and the longest time
-    between two polls in that span (a batch with its refits, checkpoints and flushes). The
-    worker is shut down after.
+    between two polls in that span (a batch with its refits, checkpoints and flushes, and the
+    next poll's wait); ``stall``, when given, receives that interval's parts. The worker is
+    shut down after.
     """
     worker.restore()
     t0: float | None = None
     last: float | None = None
-    stall = 0.0
+    longest = stall if stall is not None else Stall()
+    work_s, records, refits = 0.0, 0, 0
     while not done():
-        records = worker.source.poll(worker.poll_max_records, worker.poll_timeout())
+        asked = time.perf_counter()
+        polled = worker.source.poll(worker.poll_max_records, worker.poll_timeout())
         now = time.perf_counter()
-        if t0 is not None and last is not None:
-            stall = max(stall, now - last)
+        if t0 is not None and last is not None and now - last > longest.seconds:
+            longest.seconds, longest.work_s, longest.poll_s = now - last, work_s, now - asked
+            longest.records, longest.refits = records, refits
         last = now
-        ready = worker.take_ready(records)
+        ready = worker.take_ready(polled)
+        records, refits = len(ready), worker.refits
         if ready:
             if t0 is None and started():
                 t0 = now
             worker.process_batch(ready)
-        elif not records:
+        elif not polled:
             worker._idle()
+        work_s, refits = time.perf_counter() - now, worker.refits - refits
     seconds = time.perf_counter() - (t0 or time.perf_counter())
     worker.shutdown()
-    return seconds, stall
+    return seconds, longest.seconds
