@@ -23,7 +23,7 @@ RUN pip install . \
     && streammom --help >/dev/null
 
 # ---- runtime: same slim base, venv only ----------------------------------------------------
-# The hot-path kernels (streammom/_kernels.py) are compiled by numba for the host CPU on first
+# The hot-path kernels (streammom/_compiled.py) are compiled by numba for the host CPU on first
 # use (a few seconds at start-up) and cached under NUMBA_CACHE_DIR: /tmp stays writable with a
 # read-only root filesystem (an emptyDir in deploy/k8s).
 FROM ${PYTHON_IMAGE} AS runtime

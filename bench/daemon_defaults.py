@@ -20,9 +20,10 @@ bare runs are printed.
 Prints events/s of both and their ratio (target ≥ 0.7), the longest loop stall (the longest
 time between two polls of the worker: a batch with its refits, checkpoints and flushes;
 target ≤ 1 s) with its parts (``longest_stall_parts``: the work after the earlier poll, its
-records and refits, and the later poll's wait), the process's peak RSS (target ≤ 600 MB: the bare loops around the daemon
-hold little), the daemon's refits, checkpoints, leaves and vocabulary fill, and the cyclic
-collector's collections (generations 0, 1, 2) and pauses over the daemon's timed run.
+records and refits, and the later poll's wait), the process's peak RSS (target ≤ 600 MB: the
+bare loops around the daemon hold little), the daemon's refits, checkpoints, leaves and
+vocabulary fill, and the cyclic collector's collections (generations 0, 1, 2) and pauses over
+the daemon's timed run.
 """
 
 from __future__ import annotations

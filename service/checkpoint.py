@@ -43,12 +43,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from service.transport import Offsets, flatten_offsets, nest_offsets
-from streammom import StreamingHierarchy, __version__
+from streammom import __version__
 from streammom.serialization import (
     FrozenArchive,
     SnapshotFormatError,
@@ -57,6 +57,9 @@ from streammom.serialization import (
     frozen_archive,
     read_archive,
 )
+
+if TYPE_CHECKING:
+    from streammom.engine import StreamingHierarchy
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -114,6 +117,8 @@ class Checkpoint:
         if self._rebuilt is not None:
             engine, self._rebuilt = self._rebuilt, None
             return engine
+        from streammom.engine import StreamingHierarchy  # here: model-only reads never load it
+
         return StreamingHierarchy.from_archive(self.engine_manifest, self.engine_arrays)
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.checkpoint import CHECKPOINT_KIND, ENGINE_PREFIX, decode_checkpoint
-from streammom import StreamingHierarchy
 from streammom.model import HierarchyModel
 from streammom.report import from_engine, load_model
 from streammom.report.loader import from_engine_archive, routing_members, snapshot_path
 from streammom.serialization import DEFAULT_MAX_BYTES, SnapshotFormatError, read_archive
+
+if TYPE_CHECKING:
+    from streammom.engine import StreamingHierarchy
 
 __all__ = ["LoadedSnapshot", "load_for_report", "load_snapshot"]
 
@@ -37,6 +39,8 @@ def load_snapshot(
     reason (without the path) for anything that is not a valid snapshot, and
     :class:`OSError` if the file cannot be read.
     """
+    from streammom.engine import StreamingHierarchy  # here: model-only reads never load it
+
     manifest, arrays = read_archive(path, max_bytes=max_bytes)
     kind = str(manifest.get("kind"))
     try:

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from service.commands.offline import event_sample_items
 from service.commands.progress import status
 from service.snapshots import load_for_report
 from streammom.report import build_report, compute_figures, export_figures, resolve_codes
@@ -69,6 +68,8 @@ def run_report(
             model, info = load_for_report(snapshot, max_bytes=max_bytes)
             code_map = resolve_codes(codes, model.feature_names)
         with status("sampling events and laying out the figures", progress):
+            from service.commands.offline import event_sample_items  # the engine's config
+
             items = None if events is None else event_sample_items(events)
             figures = compute_figures(
                 model, codes=code_map, events=items, lam=lam, sample=sample, seed=seed
