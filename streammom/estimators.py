@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from streammom._validation import as_csr, as_weights
+from streammom.family import FAMILIES, FAMILY_OPTIONS, Family, FamilyOption, check_family
 
 __all__ = [
     "DENSE_EIGH_MAX_DIM",
@@ -46,11 +47,6 @@ __all__ = [
     "single_topic_third_corrections",
 ]
 
-Family = Literal["bernoulli", "multinomial"]
-FAMILIES: tuple[Family, ...] = ("bernoulli", "multinomial")
-#: What an estimator's ``family`` accepts: a family, or ``"auto"`` (:func:`resolve_family`).
-FamilyOption = Literal["auto", "bernoulli", "multinomial"]
-FAMILY_OPTIONS: tuple[FamilyOption, ...] = ("auto", "bernoulli", "multinomial")
 
 #: M2 is formed dense (LAPACK ``eigh``) up to this d, a matrix-free operator above.
 DENSE_EIGH_MAX_DIM = 400
@@ -62,19 +58,6 @@ ThirdOrder = Callable[[np.ndarray], np.ndarray]
 
 
 # ---------------------------------------------------------------------------------- families
-def check_family(family: object) -> Family:
-    """Return ``family`` if it is one of :data:`FAMILIES`, else raise ``ValueError``.
-
-    >>> check_family("multinomial")
-    'multinomial'
-    """
-    if family == "bernoulli":
-        return "bernoulli"
-    if family == "multinomial":
-        return "multinomial"
-    raise ValueError(f"family must be 'bernoulli' or 'multinomial', got {family!r}")
-
-
 def resolve_family(family: object, X: sp.csr_array) -> Family:
     """The family an estimator fits: ``family`` itself, or for ``"auto"`` the one the data is:
 

@@ -31,16 +31,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from streammom import _kernels
-from streammom._validation import as_csr
-from streammom.describe import describe_model, model_html
-from streammom.estimators import FAMILIES, Family, check_family
-from streammom.mixture import log_linear_params
+from streammom.family import FAMILIES, Family, check_family
 from streammom.relevance import FeatureScore, top_features
 from streammom.serialization import (
     SnapshotFormatError,
@@ -48,6 +44,9 @@ from streammom.serialization import (
     check_manifest,
     read_archive,
 )
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel", "LeafScore", "Router", "Routing",
            "TreeNode", "describe_refusals", "leaf_scores", "map_router", "subtree"]
@@ -135,6 +134,8 @@ def _log_linear(mu: np.ndarray, omega: np.ndarray, family: Family, floor: float
         check_family(family)
         mu = np.maximum(mu, floor)
         mu = mu / mu.sum(axis=1, keepdims=True)
+    from streammom.mixture import log_linear_params  # scipy: not loaded by model-only reads
+
     return log_linear_params(mu, omega, family)
 
 
@@ -420,6 +421,8 @@ class HierarchyModel:
         batches).
         """
         if check_input:
+            from streammom._validation import as_csr  # scipy: loaded by the first routing
+
             X = as_csr(X, self.n_features)
         n = X.shape[0]
         depth = self.max_depth
@@ -439,6 +442,8 @@ class HierarchyModel:
         if not self.scored:
             return self.route_tree(X, check_input=check_input)
         if check_input:
+            from streammom._validation import as_csr  # scipy: loaded by the first routing
+
             X = as_csr(X, self.n_features)
         S = np.asarray(X @ self._leaf_w.T) + self._leaf_b  # (n, k) leaf scores
         best = np.argmax(S, axis=1)  # ties to the lowest leaf id
@@ -638,6 +643,8 @@ class HierarchyModel:
     def describe(self, n_top: int = 5) -> str:
         """The tree as indented text, each node with its ``n_top`` most relevant features
         (:func:`streammom.describe.describe_model`); ``print(model)`` shows the same."""
+        from streammom.describe import describe_model
+
         return describe_model(self, n_top=n_top)
 
     def __str__(self) -> str:
@@ -646,6 +653,8 @@ class HierarchyModel:
     def _repr_html_(self) -> str:
         """Notebook display: the tree as collapsible HTML
         (:func:`streammom.describe.model_html`)."""
+        from streammom.describe import model_html
+
         return model_html(self)
 
 

@@ -12,11 +12,12 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
-import scipy.sparse as sp
 
 from streammom import _kernels
 
 if TYPE_CHECKING:
+    import scipy.sparse as sp
+
     from streammom.rowgram import RowGram
 
 __all__ = [

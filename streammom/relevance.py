@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streammom.estimators import Family, check_family
+from streammom.family import Family, check_family
 
 __all__ = ["FeatureScore", "relevance", "top_features"]
 

@@ -21,13 +21,15 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from streammom.model import HierarchyModel
 from streammom.report.codes import CodeMap
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = [
     "PALETTE",
@@ -427,6 +429,8 @@ def sample_events(
     """
     if model.feature_names is None:
         raise ValueError("the model has no feature names, so events cannot be mapped to features")
+    import scipy.sparse as sp  # the report's event sample only: inspect never loads scipy
+
     index = {name: i for i, name in enumerate(model.feature_names)}
     rng = random.Random(seed)
     kept: list[tuple[int, str, dict[int, float]]] = []
@@ -506,6 +510,8 @@ def heatmap_data(
     n_top: int = 40,
 ) -> HeatmapData:
     """Route the sampled events, sort them by leaf (layout order, then file order)."""
+    import scipy.sparse as sp  # the report's event sample only: inspect never loads scipy
+
     root = np.asarray(model.root.mean, dtype=float)
     feats = np.lexsort((np.arange(root.size), -root))[: min(n_top, root.size)]
     feats = feats[root[feats] > 0]

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from streammom.engine_archive import (
+from streammom.engine_manifest import (
     ENGINE_READS_SCHEMAS,
     ENGINE_SCHEMA_VERSION,
     check_engine_archive,

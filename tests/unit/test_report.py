@@ -575,3 +575,40 @@ def test_inspect_snapshot_function(demo_snapshot: Path, tmp_path: Path) -> None:
     summary = json.loads(out.read_text())
     names = {f["name"] for n in summary["nodes"] for f in n["top_features"]}
     assert "Heart failure, unspecified" in names
+
+
+def test_inspect_of_an_engine_snapshot_loads_neither_the_engine_nor_scipy(
+        tmp_path: Path) -> None:
+    """``streammom inspect`` reads the routing model an engine snapshot carries, and imports
+    only what that needs: not the engine, its sums' modules, the compiled kernels (numba) or
+    scipy — the interpreter start-up is most of the command's time (issue #14: < 1 s for a
+    16-leaf snapshot). Checked in a fresh interpreter, after the tree is printed."""
+    import subprocess
+    import sys
+
+    from streammom import StreamingHierarchy, Vocabulary
+
+    rng = np.random.default_rng(0)
+    events = [[f"I{int(c):02d}.{int(c) % 10}" for c in rng.choice(60, 6, replace=False)]
+              for _ in range(3_000)]
+    eng = StreamingHierarchy(vocabulary=Vocabulary(capacity=128), max_leaves=4)
+    for start in range(0, len(events), 500):
+        eng.partial_fit(events[start:start + 500])
+    assert eng.model_.n_leaves >= 2
+    path = tmp_path / "engine.smm"
+    path.write_bytes(eng.snapshot())
+    probe = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from service.cli import app\n"
+        f"result = CliRunner().invoke(app, ['inspect', {str(path)!r}])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print(result.output)\n"
+        "heavy = ('scipy', 'numba', 'streammom.engine', 'streammom.moments',\n"
+        "         'streammom._compiled', 'streammom.estimators')\n"
+        "print('LOADED', sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert "LOADED []" in out, out
+    assert f"{eng.model_.n_leaves} leaves" in out or "#0" in out, out
