@@ -4,7 +4,7 @@ Two archive kinds are accepted (both JSON manifest + ``.npy`` members, never pic
 
 * ``"hierarchy-model"`` — a published :class:`~streammom.model.HierarchyModel`;
 * ``"streaming-hierarchy"`` — a streaming-engine snapshot. Its routing model (stored beside
-  the sums, :func:`streammom.engine_archive.stored_model`), lineage of splits, number of events
+  the sums, :func:`streammom.engine_manifest.stored_model`), lineage of splits, number of events
   seen and last refit time are read without inflating a single moment sum
   (:func:`routing_members`; the manifest and the tree are still checked); a snapshot written
   before models were stored in it is restored with
