@@ -189,7 +189,8 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     the annealed restart from the best of them (module docstring). Both fits then take the
     leaves' sums into their M-step (:func:`streammom.stream_sums.with_stream_sums`;
     ``weight_scale`` turns stored weights into true ones); ``log_likelihood`` is the kept
-    EM fit's on the rows, before that step.
+    EM fit's on the rows, before that step. The rows' share of ``n_events`` also scales the
+    EM's work bound (:func:`em_passes`).
 
     ``light``: the refinement of a light refit (:meth:`StreamingHierarchy.refit
     <streammom.engine.StreamingHierarchy.refit>`): the tree's partition of the rows,
