@@ -25,8 +25,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["add_packed_gram", "add_row_sums", "em_pass", "reservoir_offer", "route_rows",
-           "unpack_packed"]
+__all__ = ["EM_CUT", "add_packed_gram", "add_row_sums", "em_pass", "reservoir_offer",
+           "route_rows", "unpack_packed"]
 
 _JIT = {"cache": True, "nogil": True, "boundscheck": False}
 # Rows of look-ahead for the prefetches of the C pair loop (measured: 2 is best, 1 and 4 close).
