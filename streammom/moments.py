@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streammom import _kernels
-from streammom._validation import check_csr_structure
+from streammom._validation import check_csr_structure, with_int32_indices
 from streammom.estimators import (
     Family,
     NodeMoments,
@@ -79,7 +79,7 @@ def _as_csr(X: Any, d: int) -> sp.csr_array:
     if not X.has_sorted_indices:
         X = X.copy()
         X.sort_indices()
-    return X
+    return with_int32_indices(X)  # one index type for the kernels, as as_csr gives them
 
 
 def _sum_second(a: Packed, b: Packed, d: int) -> Packed:
