@@ -24,9 +24,16 @@ component from where it is redundant to where it is missing:
    rows from there; the result is kept only if its weighted log-likelihood exceeds the
    current fit's (same rows, same weights), so the step never makes the fit less likely.
 
-One move per refit; successive refits continue the search. Code sets (Bernoulli) only, like
-the pair re-splits, and within the same work bound (:data:`streammom.refine.PAIR_WORK`).
-Deterministic: the Lanczos starts are seeded by ``random_state`` and the component.
+Moves repeat, each from the fit the last one left, until none gains or :data:`MAX_MOVES`
+have been taken. A young stream's refits come on a geometric schedule, so a structure error
+left for the next refit can outlive the stream: on the random-tree code streams of
+``bench/random_tree_streams.py`` one refit of a 20-leaf tree took up to four moves, and with
+one move a refit three streams of 40 ended below 0.9 × the oracle's ARI that reach it now
+(BENCHMARKS.md "Split and merge until no move gains"). Each move costs the 2k + 3 small
+two-component fits and one EM over all the rows, so a refit's moves cost at most
+:data:`MAX_MOVES` + 1 times that. Code sets (Bernoulli) only, like the pair re-splits, and
+within the same work bound (:data:`streammom.refine.PAIR_WORK`). Deterministic: the Lanczos
+starts are seeded by ``random_state`` and the component.
 """
 
 from __future__ import annotations
@@ -43,10 +50,13 @@ from streammom.mixture import (
 )
 from streammom.pair_resplit import MIN_PAIR_ROWS, between_direction, confused_pairs
 
-__all__ = ["MERGE_CANDIDATES", "split_merge"]
+__all__ = ["MAX_MOVES", "MERGE_CANDIDATES", "split_merge"]
 
 #: Merge candidates tried against every split candidate: the most confused pairs.
 MERGE_CANDIDATES = 3
+#: Moves a call takes at most (each must make the fit more likely; the random-tree code
+#: streams never took more than four in one refit).
+MAX_MOVES = 8
 
 
 def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
@@ -58,10 +68,24 @@ def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
 
 
 def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
-                family: Family, *, max_iter: int, tol: float, random_state: int = 0
-                ) -> MixtureEMResult:
-    """One split-and-merge move on ``fit`` over the weighted ``rows`` (module docstring):
-    the more likely fit, or ``fit`` itself when no move gains."""
+                family: Family, *, max_iter: int, tol: float, random_state: int = 0,
+                max_moves: int = MAX_MOVES) -> MixtureEMResult:
+    """Split-and-merge moves on ``fit`` over the weighted ``rows`` until none gains, at most
+    ``max_moves`` (module docstring): the more likely fit, or ``fit`` itself when no move
+    gains."""
+    for _ in range(max_moves):
+        moved = _one_move(rows, row_weight, fit, family, max_iter=max_iter, tol=tol,
+                          random_state=random_state)
+        if moved is fit:
+            break
+        fit = moved
+    return fit
+
+
+def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
+              family: Family, *, max_iter: int, tol: float, random_state: int
+              ) -> MixtureEMResult:
+    """One split-and-merge move on ``fit``: the more likely fit, or ``fit`` itself."""
     k = fit.means.shape[0]
     if k < 3:
         return fit

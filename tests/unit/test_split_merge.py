@@ -9,7 +9,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy
 from streammom.datasets import make_hierarchical_bernoulli
-from streammom.mixture import fit_from_partition, map_assign
+from streammom.mixture import MixtureEMResult, fit_from_partition, map_assign
 from streammom.split_merge import split_merge
 
 
@@ -40,6 +40,26 @@ def test_a_shared_cluster_gives_a_component_to_a_cluster_pair() -> None:
     assert adjusted_rand_score(y, labels) > 0.95
     right = fit_from_partition(X, w, y, 4, family="bernoulli", max_iter=100, tol=1e-6)
     assert split_merge(X, w, right, "bernoulli", max_iter=50, tol=1e-6) is right
+
+
+def test_moves_repeat_until_no_move_gains() -> None:
+    """Two structure errors at once (clusters 0 and 1 each across two components, clusters
+    2 + 3 and 4 + 5 each in one): one move mends one of them, the call mends both, and a
+    call on its own result returns it as it is."""
+    X, y = _clusters(150, 72, 6, seed=2)
+    w = np.ones(X.shape[0])
+    half = np.arange(y.size) % 2
+    wrong = np.select([y == 0, y == 1, y <= 3], [half, 2 + half, 4], 5)
+    fit = fit_from_partition(X, w, wrong, 6, family="bernoulli", max_iter=100, tol=1e-6)
+
+    def ari(f: MixtureEMResult) -> float:
+        return adjusted_rand_score(y, map_assign(X, f.means, f.weights, "bernoulli"))
+
+    one = split_merge(X, w, fit, "bernoulli", max_iter=50, tol=1e-6, max_moves=1)
+    assert one is not fit and ari(fit) < ari(one) < 0.95
+    moved = split_merge(X, w, fit, "bernoulli", max_iter=50, tol=1e-6)
+    assert ari(moved) > 0.95 and moved.log_likelihood > one.log_likelihood
+    assert split_merge(X, w, moved, "bernoulli", max_iter=50, tol=1e-6) is moved
 
 
 def test_the_move_is_deterministic() -> None:
