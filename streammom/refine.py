@@ -29,9 +29,10 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   confused pairs of components of the routers' fit are fitted again, two at a time, from the
   top eigenvector of their rows' between-component covariance; the fit is kept only when EM
   from there is more likely;
-* a split-and-merge move (:mod:`streammom.split_merge`), under the same bound: where two
+* split-and-merge moves (:mod:`streammom.split_merge`), under the same bound: where two
   components share one cluster and a third holds two, the pair is merged and the third split
-  along its rows' between-component direction, kept when EM from there is more likely;
+  along its rows' between-component direction, kept when EM from there is more likely; the
+  moves repeat until none gains;
 * k-means start: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS` and
   at least half the events learned (a short stream, whose reservoirs hold nearly all of it),
   one more start: k-means on the rows' spectral embedding, then the same EM
