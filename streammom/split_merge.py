@@ -28,10 +28,10 @@ Moves repeat, each from the fit the last one left, until none gains or :data:`MA
 have been taken. A young stream's refits come on a geometric schedule, so a structure error
 left for the next refit can outlive the stream: on the random-tree code streams of
 ``bench/random_tree_streams.py`` one refit of a 20-leaf tree took up to four moves, and with
-one move a refit three streams of 40 ended below 0.9 × the oracle's ARI that reach it now
-(BENCHMARKS.md "Split and merge until no move gains"). Each move costs the 2k + 3 small
-two-component fits and one EM over all the rows, so a refit's moves cost at most
-:data:`MAX_MOVES` + 1 times that. Code sets (Bernoulli) only, like the pair re-splits, and
+one move a refit two streams of 40 ended below 0.9 × the oracle's ARI that reach it now
+(BENCHMARKS.md "Split and merge until no move gains"). Each move costs at most k + 3 small
+two-component fits (a split candidate per component, the merge candidates) and one EM over
+all the rows, so a refit's moves cost at most :data:`MAX_MOVES` times that. Code sets (Bernoulli) only, like the pair re-splits, and
 within the same work bound (:data:`streammom.refine.PAIR_WORK`). Deterministic: the Lanczos
 starts are seeded by ``random_state`` and the component.
 """
