@@ -9,7 +9,9 @@ order 0; ``StreamingHierarchy(500, max_leaves=8)`` at its defaults, batches of 1
 Three rows per length: the shipped engine, the same engine without the refinement's annealed
 restart (``streammom.refine.ANNEAL_BETAS`` emptied), and without its k-means start either
 (``streammom.refine.kmeans_restart`` replaced by a function that returns None); both
-labelled: ablations, not settings. One core (thread pools pinned before numpy loads).
+labelled: ablations, not settings. A fourth row per length drops the moves on a short
+stream's scores alone (``streammom.refine.is_short_stream`` answering no). One core (thread
+pools pinned before numpy loads).
 """
 
 from __future__ import annotations
@@ -48,20 +50,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=6)
     args = ap.parse_args()
-    shipped, betas = refine.kmeans_restart, refine.ANNEAL_BETAS
+    shipped, betas, short = refine.kmeans_restart, refine.ANNEAL_BETAS, refine.is_short_stream
     off: Any = lambda *a, **k: None  # noqa: E731
-    variants = (("shipped", shipped, betas), ("no annealed restart (ablation)", shipped, ()),
-                ("neither, nor the k-means start (ablation)", off, ()))
+    never: Any = lambda *a, **k: False  # noqa: E731
+    variants = (("shipped", shipped, betas, short),
+                ("no moves on the scores (ablation)", shipped, betas, never),
+                ("no annealed restart (ablation)", shipped, (), short),
+                ("neither, nor the k-means start (ablation)", off, (), short))
     print(f"command: python {' '.join(sys.argv)}\n")
     print(f"| events | engine | × oracle, seeds 0…{args.seeds - 1} | mean |")
     print("|---:|---|---|---:|")
     for n in LENGTHS:
-        for name, restart, anneal in variants:
-            refine.kmeans_restart, refine.ANNEAL_BETAS = restart, anneal
+        for name, restart, anneal, is_short in variants:
+            refine.kmeans_restart, refine.ANNEAL_BETAS, refine.is_short_stream = (
+                restart, anneal, is_short)
             shares = [share_of_oracle(n, seed) for seed in range(args.seeds)]
             print(f"| {n:,} | {name} | {' '.join(f'{x:.2f}' for x in shares)} | "
                   f"{np.mean(shares):.3f} |", flush=True)
-    refine.kmeans_restart, refine.ANNEAL_BETAS = shipped, betas
+    refine.kmeans_restart, refine.ANNEAL_BETAS, refine.is_short_stream = shipped, betas, short
 
 
 if __name__ == "__main__":

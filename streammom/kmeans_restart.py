@@ -43,7 +43,7 @@ from streammom.estimators import Family
 from streammom.mixture import MixtureEMResult, fit_from_partition, partition_sums
 
 __all__ = ["EMBEDDING_DIM", "KMEANS_MIN_SHARE", "KMEANS_ROWS", "KMEANS_WORK", "N_INIT",
-           "kmeans_restart", "spectral_embedding", "weighted_kmeans"]
+           "is_short_stream", "kmeans_restart", "spectral_embedding", "weighted_kmeans"]
 
 #: The k-means start runs while the refinement's rows are at most this many (an n × n Gram
 #: matrix and its eigenpairs; the default reservoir of one node) …
@@ -160,6 +160,16 @@ def _lloyd(Z: np.ndarray, centres: np.ndarray, weight: np.ndarray
     return label, inertia
 
 
+def is_short_stream(rows: sp.csr_array, k: int, n_events: int | None) -> bool:
+    """Whether the refinement's ``rows`` are a short stream's (module docstring): at most
+    :data:`KMEANS_ROWS` rows, non-zeros × ``k`` at most :data:`KMEANS_WORK`, and at least
+    :data:`KMEANS_MIN_SHARE` of ``n_events``, the events learned (None: no such bound).
+    The refinement's searches that cost more than a long stream's refits run only then."""
+    n = rows.shape[0]
+    return (n <= KMEANS_ROWS and rows.nnz * k <= KMEANS_WORK
+            and (n_events is None or n >= KMEANS_MIN_SHARE * n_events))
+
+
 def kmeans_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: Family, *,
                    max_iter: int, tol: float, random_state: int, n_events: int | None = None
                    ) -> MixtureEMResult | None:
@@ -168,9 +178,7 @@ def kmeans_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: F
     a sample of a longer stream (fewer than :data:`KMEANS_MIN_SHARE` × ``n_events``, the events
     learned, when given), or do not support it (fewer rows than k, an embedding of fewer than
     one dimension)."""
-    n = rows.shape[0]
-    if (n > KMEANS_ROWS or rows.nnz * k > KMEANS_WORK or k < 2 or k > n
-            or (n_events is not None and n < KMEANS_MIN_SHARE * n_events)):
+    if not is_short_stream(rows, k, n_events) or k < 2 or k > rows.shape[0]:
         return None
     Z = spectral_embedding(rows)
     if Z.shape[1] == 0:

@@ -48,6 +48,13 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   optimum the start put them in. When it ends more likely, it becomes the leaves' scores as
   the k-means start does (the routers stay). On the synthetic code streams of 500 events it
   finds a higher likelihood on every seed tried (BENCHMARKS.md "Annealed restart");
+* moves on a short stream's scores: under the k-means start's condition
+  (:func:`~streammom.kmeans_restart.is_short_stream`), for code sets, split-and-merge moves
+  on the scored fit, each move's EM starting with the annealed passes and the
+  :data:`~streammom.split_merge.SHORT_STREAM_TRIALS` best candidates tried whatever the sign
+  of their local gain (:mod:`streammom.split_merge`); kept when more likely, as the leaves'
+  scores. On the 500-event code streams it mends a stream whose scores held two clusters in
+  one leaf (BENCHMARKS.md "Moves on a short stream's scores");
 * the leaves' sums (:mod:`streammom.stream_sums`): the kept fits take the events outside the
   reservoirs into three more M-steps through the leaves' exact sums, in proportion to the
   share of each leaf's events its reservoir does not hold (nothing changes while the
@@ -79,7 +86,7 @@ from scipy.optimize import linear_sum_assignment
 
 from streammom.decompose import asvtd
 from streammom.estimators import Family
-from streammom.kmeans_restart import kmeans_restart
+from streammom.kmeans_restart import is_short_stream, kmeans_restart
 from streammom.mixture import (
     MixtureEMResult,
     fit_mixture_em,
@@ -91,7 +98,7 @@ from streammom.model import LeafScore, Router, leaf_scores, map_router
 from streammom.pair_resplit import pair_resplit
 from streammom.spectral import valid_parameters
 from streammom.split import Split
-from streammom.split_merge import split_merge
+from streammom.split_merge import SHORT_STREAM_TRIALS, split_merge
 from streammom.stream_sums import with_stream_sums
 from streammom.tree import Node, subtree
 
@@ -245,6 +252,10 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                                   anneal=ANNEAL_BETAS)
         if annealed.log_likelihood > scored.log_likelihood:
             scored = annealed  # its components are still the leaves' (it started from them)
+    if family == "bernoulli" and is_short_stream(rows, len(leaves), n_events):
+        scored = split_merge(rows, row_weight, scored, family, tol=tol, max_iter=max_iter,
+                             random_state=random_state, anneal=ANNEAL_BETAS,
+                             trials=SHORT_STREAM_TRIALS)  # moves on a short stream's scores
     restarted |= scored is not fit
     summed = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
                               label=label)

@@ -24,6 +24,14 @@ component from where it is redundant to where it is missing:
    rows from there; the result is kept only if its weighted log-likelihood exceeds the
    current fit's (same rows, same weights), so the step never makes the fit less likely.
 
+**On a short stream's scores** the refinement asks for more (:func:`split_merge`'s
+``anneal`` and ``trials``; :mod:`streammom.refine`): the EM after each move starts with the
+annealed restart's tempered passes, and the :data:`SHORT_STREAM_TRIALS` best candidates are
+tried in order of gain − loss whatever its sign, the first that ends more likely kept (SMEM's
+own order, Ueda et al. 2000 §3: the local gains rank candidates, the full EM decides). On the
+500-event code streams no single move without the tempered passes ends more likely, nor does
+the best candidate alone with them (BENCHMARKS.md "Moves on a short stream's scores").
+
 Moves repeat, each from the fit the last one left, until none gains or :data:`MAX_MOVES`
 have been taken. A young stream's refits come on a geometric schedule, so a structure error
 left for the next refit can outlive the stream: on the random-tree code streams of
@@ -31,12 +39,15 @@ left for the next refit can outlive the stream: on the random-tree code streams 
 one move a refit two streams of 40 ended below 0.9 × the oracle's ARI that reach it now
 (BENCHMARKS.md "Split and merge until no move gains"). Each move costs at most k + 3 small
 two-component fits (a split candidate per component, the merge candidates) and one EM over
-all the rows, so a refit's moves cost at most :data:`MAX_MOVES` times that. Code sets (Bernoulli) only, like the pair re-splits, and
-within the same work bound (:data:`streammom.refine.PAIR_WORK`). Deterministic: the Lanczos
-starts are seeded by ``random_state`` and the component.
+all the rows, so a refit's moves cost at most :data:`MAX_MOVES` times that. Code sets
+(Bernoulli) only, like the pair re-splits, and within the same work bound
+(:data:`streammom.refine.PAIR_WORK`). Deterministic: the Lanczos starts are seeded by
+``random_state`` and the component.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,13 +61,16 @@ from streammom.mixture import (
 )
 from streammom.pair_resplit import MIN_PAIR_ROWS, between_direction, confused_pairs
 
-__all__ = ["MAX_MOVES", "MERGE_CANDIDATES", "split_merge"]
+__all__ = ["MAX_MOVES", "MERGE_CANDIDATES", "SHORT_STREAM_TRIALS", "split_merge"]
 
 #: Merge candidates tried against every split candidate: the most confused pairs.
 MERGE_CANDIDATES = 3
 #: Moves a call takes at most (each must make the fit more likely; the random-tree code
 #: streams never took more than four in one refit).
 MAX_MOVES = 8
+#: Candidate moves tried, best first, on a short stream's scores (:func:`split_merge`'s
+#: ``trials``; 8 and 24 found the same fits on the 500-event code streams).
+SHORT_STREAM_TRIALS = 3
 
 
 def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
@@ -69,13 +83,17 @@ def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
 
 def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
                 family: Family, *, max_iter: int, tol: float, random_state: int = 0,
-                max_moves: int = MAX_MOVES) -> MixtureEMResult:
+                max_moves: int = MAX_MOVES, anneal: Sequence[float] = (), trials: int = 0
+                ) -> MixtureEMResult:
     """Split-and-merge moves on ``fit`` over the weighted ``rows`` until none gains, at most
     ``max_moves`` (module docstring): the more likely fit, or ``fit`` itself when no move
-    gains."""
+    gains. ``anneal``: tempered passes before the EM after each move
+    (:func:`streammom.mixture.fit_mixture_em`). ``trials``: 0, the best candidate only and only
+    when its gain − loss is positive; t > 0, the t best candidates whatever the sign, the
+    first whose EM ends more likely."""
     for _ in range(max_moves):
         moved = _one_move(rows, row_weight, fit, family, max_iter=max_iter, tol=tol,
-                          random_state=random_state)
+                          random_state=random_state, anneal=anneal, trials=trials)
         if moved is fit:
             break
         fit = moved
@@ -83,8 +101,8 @@ def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult
 
 
 def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
-              family: Family, *, max_iter: int, tol: float, random_state: int
-              ) -> MixtureEMResult:
+              family: Family, *, max_iter: int, tol: float, random_state: int,
+              anneal: Sequence[float], trials: int) -> MixtureEMResult:
     """One split-and-merge move on ``fit``: the more likely fit, or ``fit`` itself."""
     k = fit.means.shape[0]
     if k < 3:
@@ -109,7 +127,7 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         one = _one_component(sub, sub_weight, family).log_likelihood
         first_keeps = sub_weight[side == 0].sum() >= sub_weight[side == 1].sum()
         splits[c] = (two.log_likelihood - one, two, bool(first_keeps))
-    best: tuple[float, int, int, int, np.ndarray] | None = None
+    moves: list[tuple[float, int, int, int, np.ndarray]] = []  # (gain − loss, a, b, c, merged)
     for a, b in confused_pairs(resp, row_weight)[:MERGE_CANDIDATES]:
         members = np.flatnonzero((label == a) | (label == b))
         if members.size < MIN_PAIR_ROWS:
@@ -119,19 +137,20 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
                                   family=family, max_iter=max_iter, tol=tol)
         one = _one_component(sub, sub_weight, family)
         loss = pair.log_likelihood - one.log_likelihood
-        for c, (gain, _, _) in splits.items():
-            if c not in (a, b) and (best is None or gain - loss > best[0]):
-                best = (gain - loss, a, b, c, one.means[0])
-    if best is None or best[0] <= 0:
-        return fit
-    _, a, b, c, merged = best
-    _, two, first_keeps = splits[c]
-    keep, move = (0, 1) if first_keeps else (1, 0)
-    means, weights = fit.means.copy(), fit.weights.copy()
-    share_c = weights[c]
-    means[a], weights[a] = merged, weights[a] + weights[b]
-    means[c], weights[c] = two.means[keep], two.weights[keep] * share_c
-    means[b], weights[b] = two.means[move], two.weights[move] * share_c
-    out = fit_mixture_em(rows, means, weights, family=family, tol=tol, max_iter=max_iter,
-                         sample_weight=row_weight)
-    return out if out.log_likelihood > fit.log_likelihood else fit
+        moves.extend((gain - loss, a, b, c, one.means[0]) for c, (gain, _, _) in splits.items()
+                     if c not in (a, b))
+    moves.sort(key=lambda m: (-m[0], m[1], m[2], m[3]))
+    tried = moves[:trials] if trials > 0 else [m for m in moves[:1] if m[0] > 0]
+    for _, a, b, c, merged in tried:
+        _, two, first_keeps = splits[c]
+        keep, move = (0, 1) if first_keeps else (1, 0)
+        means, weights = fit.means.copy(), fit.weights.copy()
+        share_c = weights[c]
+        means[a], weights[a] = merged, weights[a] + weights[b]
+        means[c], weights[c] = two.means[keep], two.weights[keep] * share_c
+        means[b], weights[b] = two.means[move], two.weights[move] * share_c
+        out = fit_mixture_em(rows, means, weights, family=family, tol=tol, max_iter=max_iter,
+                             sample_weight=row_weight, anneal=anneal)
+        if out.log_likelihood > fit.log_likelihood:
+            return out
+    return fit

@@ -135,3 +135,15 @@ def test_kmeans_restart_skips_a_sample_of_a_longer_stream(monkeypatch: pytest.Mo
     big, _, _ = make_hierarchical_bernoulli(20_000, 200, 4, random_state=2)
     eng = StreamingHierarchy(200, max_leaves=4).partial_fit(big)
     assert calls and calls[0] == eng.n_events_seen_ == 20_000  # the engine passes its count
+
+
+def test_a_short_stream_is_one_whose_rows_are_the_stream() -> None:
+    """is_short_stream: at most KMEANS_ROWS rows, non-zeros × k at most KMEANS_WORK, and at
+    least KMEANS_MIN_SHARE of the events learned."""
+    from streammom.kmeans_restart import KMEANS_ROWS, KMEANS_WORK, is_short_stream
+
+    rows = sp.csr_array(np.eye(KMEANS_ROWS))
+    assert is_short_stream(rows, 8, None) and is_short_stream(rows, 8, 2 * KMEANS_ROWS)
+    assert not is_short_stream(rows, 8, 2 * KMEANS_ROWS + 1)  # a sample of a longer stream
+    assert not is_short_stream(sp.csr_array(np.eye(KMEANS_ROWS + 1)), 8, None)
+    assert not is_short_stream(rows, KMEANS_WORK // KMEANS_ROWS + 1, None)
