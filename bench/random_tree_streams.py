@@ -32,15 +32,17 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import functools  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
-from streammom import StreamingHierarchy, refine  # noqa: E402
+from streammom import refine  # noqa: E402
 from streammom.mixture import map_assign  # noqa: E402
 from streammom.split_merge import split_merge  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from long_streams import stream_ari  # noqa: E402  (the acceptance protocol, timed)
 
 #: (events, d, clusters k, expected codes an event, signature share sep)
 STREAMS = [
@@ -77,17 +79,6 @@ def random_tree_codes(n: int, d: int, k: int, codes: float, sep: float, seed: in
     blocks = [sp.csr_array((rng.random((len(chunk), d)) < prevalence[chunk]).astype(float))
               for chunk in np.array_split(labels, max(1, n // 1_000))]
     return sp.vstack(blocks, format="csr"), labels, prevalence, shares
-
-
-def stream_ari(X: sp.csr_array, y: np.ndarray, d: int, k: int) -> tuple[float, int, float]:
-    """(ARI, clusters, seconds) of the acceptance protocol on ``X``."""
-    t0 = time.perf_counter()
-    eng = StreamingHierarchy(d, max_leaves=k)
-    for start in range(0, X.shape[0], 1_000):
-        eng.partial_fit(X[start:start + 1_000])
-    labels = eng.predict(X)
-    return (adjusted_rand_score(y, labels), len(np.unique(labels)),
-            time.perf_counter() - t0)
 
 
 def main() -> None:
