@@ -19,10 +19,20 @@ component from where it is redundant to where it is missing:
    the top eigenvector of their between-component covariance
    (:func:`streammom.pair_resplit.between_direction`: for a mixture of two product
    components it is rank one along their difference), then two-component EM;
-3. the move with the largest gain − loss, if positive: a becomes the merged component, c and
-   b the two halves of c (c keeps the half that holds more of its rows), then EM on all the
-   rows from there; the result is kept only if its weighted log-likelihood exceeds the
-   current fit's (same rows, same weights), so the step never makes the fit less likely.
+3. **removal candidates**: every component e, with the exact loss of removing it, the
+   others' shares renormalised (:func:`removal_losses`); a move then frees e's slot for one
+   half of a split candidate c ≠ e. EM can leave a component with almost no rows (a leaf
+   whose cluster the others took): its removal costs nearly nothing, but the SMEM merge
+   criterion, posterior overlap, seldom ranks it among the most confused pairs. On a 30,000-
+   event random-tree code stream of 16 leaves at d = 3,000 the refit at 8,000 events left two
+   such components (shares 6e-4 and 1e-4) while two leaves held two clusters each; the two
+   removal moves gained 1,012 and 842 nats on the refit's rows (BENCHMARKS.md "Removal
+   moves");
+4. the move with the largest gain − loss, if positive: a becomes the merged component (a
+   removal: a's slot is freed), c and b the two halves of c (c keeps the half that holds more
+   of its rows), then EM on all the rows from there; the result is kept only if its weighted
+   log-likelihood exceeds the current fit's (same rows, same weights), so the step never
+   makes the fit less likely.
 
 **On a short stream's scores** the refinement asks for more (:func:`split_merge`'s
 ``anneal`` and ``trials``; :mod:`streammom.refine`): the EM after each move starts with the
@@ -38,8 +48,8 @@ left for the next refit can outlive the stream: on the random-tree code streams 
 ``bench/random_tree_streams.py`` one refit of a 20-leaf tree took up to four moves, and with
 one move a refit two streams of 40 ended below 0.9 × the oracle's ARI that reach it now
 (BENCHMARKS.md "Split and merge until no move gains"). Each move costs at most k + 3 small
-two-component fits (a split candidate per component, the merge candidates) and one EM over
-all the rows, so a refit's moves cost at most :data:`MAX_MOVES` times that. Code sets
+two-component fits (a split candidate per component, the merge candidates), the removal
+losses (O(n · k)) and one EM over all the rows, so a refit's moves cost at most :data:`MAX_MOVES` times that. Code sets
 (Bernoulli) only, like the pair re-splits, and within the same work bound
 (:data:`streammom.refine.PAIR_WORK`). Deterministic: the Lanczos starts are seeded by
 ``random_state`` and the component.
@@ -51,17 +61,18 @@ from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import logsumexp
 
 from streammom.estimators import Family
 from streammom.mixture import (
     MixtureEMResult,
     fit_from_partition,
     fit_mixture_em,
-    responsibilities,
+    log_likelihood_matrix,
 )
 from streammom.pair_resplit import MIN_PAIR_ROWS, between_direction, confused_pairs
 
-__all__ = ["MAX_MOVES", "MERGE_CANDIDATES", "SHORT_STREAM_TRIALS", "split_merge"]
+__all__ = ["MAX_MOVES", "MERGE_CANDIDATES", "SHORT_STREAM_TRIALS", "removal_losses", "split_merge"]
 
 #: Merge candidates tried against every split candidate: the most confused pairs.
 MERGE_CANDIDATES = 3
@@ -79,6 +90,35 @@ def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
     (multinomial) and its log-likelihood (:func:`fit_from_partition` with no EM pass)."""
     return fit_from_partition(rows, row_weight, np.zeros(rows.shape[0], dtype=np.int64), 1,
                               family=family, max_iter=0, tol=0.0)
+
+
+def removal_losses(joint: np.ndarray, weights: np.ndarray, row_weight: np.ndarray
+                   ) -> np.ndarray:
+    """The log-likelihood each component's removal costs, exactly, the others' shares
+    renormalised: for component e,
+
+        loss_e = Σ_i w_i [log p(x_i) − log p₋ₑ(x_i)],
+        p₋ₑ(x) = Σ_{j≠e} π_j p(x | μ_j) / (1 − π_e),
+
+    from the (n, k) joint log-likelihoods ``joint`` (log π_j + log p(x_i | μ_j)). Every
+    leave-one-out log-sum-exp comes from the row's prefix and suffix log-sum-exps over the
+    components, O(n · k) for all k. A component that holds no row costs about nothing to
+    remove (its slot is free); one whose rows nothing else explains costs much.
+
+    >>> means, shares = [[0.9, 0.1], [0.1, 0.9], [0.5, 0.5]], [0.5, 0.5 - 1e-9, 1e-9]
+    >>> joint = log_likelihood_matrix(np.eye(2), means, shares, "bernoulli")
+    >>> removal_losses(joint, np.array(shares), np.ones(2)).round(3).tolist()
+    [3.033, 3.033, -0.0]
+    """
+    n, k = joint.shape
+    pad = np.full((n, 1), -np.inf)
+    prefix = np.hstack([pad, np.logaddexp.accumulate(joint, axis=1)])[:, :k]
+    suffix = np.hstack([np.logaddexp.accumulate(joint[:, ::-1], axis=1)[:, ::-1], pad])[:, 1:]
+    without = np.logaddexp(prefix, suffix)  # (n, k): log Σ_{j≠e} π_j p(x_i | μ_j)
+    total = logsumexp(joint, axis=1)
+    with np.errstate(divide="ignore"):
+        renormalise = np.log1p(-np.minimum(weights, 1.0))
+    return row_weight @ (total[:, None] - without) + row_weight.sum() * renormalise
 
 
 def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
@@ -107,7 +147,8 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
     k = fit.means.shape[0]
     if k < 3:
         return fit
-    resp = responsibilities(rows, fit.means, fit.weights, family)
+    joint = log_likelihood_matrix(rows, fit.means, fit.weights, family)
+    resp = np.exp(joint - logsumexp(joint, axis=1, keepdims=True))
     label = resp.argmax(axis=1)
     splits: dict[int, tuple[float, MixtureEMResult, bool]] = {}
     for c in range(k):
@@ -127,7 +168,8 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         one = _one_component(sub, sub_weight, family).log_likelihood
         first_keeps = sub_weight[side == 0].sum() >= sub_weight[side == 1].sum()
         splits[c] = (two.log_likelihood - one, two, bool(first_keeps))
-    moves: list[tuple[float, int, int, int, np.ndarray]] = []  # (gain − loss, a, b, c, merged)
+    # (gain − loss, a, b, c, merged mean; None: a removal of a = b)
+    moves: list[tuple[float, int, int, int, np.ndarray | None]] = []
     for a, b in confused_pairs(resp, row_weight)[:MERGE_CANDIDATES]:
         members = np.flatnonzero((label == a) | (label == b))
         if members.size < MIN_PAIR_ROWS:
@@ -139,6 +181,9 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         loss = pair.log_likelihood - one.log_likelihood
         moves.extend((gain - loss, a, b, c, one.means[0]) for c, (gain, _, _) in splits.items()
                      if c not in (a, b))
+    for e, loss in enumerate(removal_losses(joint, fit.weights, row_weight)):
+        moves.extend((gain - loss, e, e, c, None) for c, (gain, _, _) in splits.items()
+                     if c != e)
     moves.sort(key=lambda m: (-m[0], m[1], m[2], m[3]))
     tried = moves[:trials] if trials > 0 else [m for m in moves[:1] if m[0] > 0]
     for _, a, b, c, merged in tried:
@@ -146,7 +191,8 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         keep, move = (0, 1) if first_keeps else (1, 0)
         means, weights = fit.means.copy(), fit.weights.copy()
         share_c = weights[c]
-        means[a], weights[a] = merged, weights[a] + weights[b]
+        if merged is not None:  # a merge; a removal (a = b) frees a's slot alone
+            means[a], weights[a] = merged, weights[a] + weights[b]
         means[c], weights[c] = two.means[keep], two.weights[keep] * share_c
         means[b], weights[b] = two.means[move], two.weights[move] * share_c
         out = fit_mixture_em(rows, means, weights, family=family, tol=tol, max_iter=max_iter,

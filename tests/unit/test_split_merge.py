@@ -9,7 +9,13 @@ from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy
 from streammom.datasets import make_hierarchical_bernoulli
-from streammom.mixture import MixtureEMResult, fit_from_partition, map_assign
+from streammom.mixture import (
+    MixtureEMResult,
+    fit_from_partition,
+    fit_mixture_em,
+    log_likelihood_matrix,
+    map_assign,
+)
 from streammom.split_merge import split_merge
 
 
@@ -129,3 +135,48 @@ def test_moves_on_a_short_stream_s_scores_mend_two_clusters_in_one_leaf() -> Non
     finally:
         refine.is_short_stream = saved
     assert got >= 0.9 * oracle > without, (got, without, oracle)
+
+
+def test_an_empty_component_s_slot_goes_to_a_leaf_holding_two_clusters() -> None:
+    """Eight clusters in four sibling pairs (each pair shares a block of codes). EM left
+    component 7 with no row while component 6 holds clusters 6 and 7; the most confused
+    pairs are siblings, so no merge candidate involves the empty slot. The removal move frees
+    it and splits component 6 into it; without removal candidates the moves merge a sibling
+    pair instead, a less likely fit that labels worse."""
+    import streammom.split_merge as sm
+
+    rng = np.random.default_rng(4)
+    y = np.repeat(np.arange(8), 120)
+    p = np.full((8, 96), 0.02)
+    for j in range(8):
+        p[j, (j // 2) * 24:(j // 2) * 24 + 12] = 0.35  # the pair's shared block
+        p[j, (j // 2) * 24 + 12 + (j % 2) * 6:(j // 2) * 24 + 18 + (j % 2) * 6] = 0.6
+    X = sp.csr_array((rng.random((y.size, 96)) < p[y]).astype(float))
+    w = np.ones(y.size)
+    start = fit_from_partition(X, w, np.minimum(y, 6), 7, family="bernoulli", max_iter=100,
+                               tol=1e-6)
+    far = np.full((1, X.shape[1]), 0.01)  # a component far from every row
+    fit = fit_mixture_em(X, np.vstack([start.means, far]), np.append(start.weights, 1e-6),
+                         family="bernoulli", max_iter=100, tol=1e-6)
+    assert fit.weights[7] < 0.01  # EM does not fill the slot on its own
+    losses = sm.removal_losses(log_likelihood_matrix(X, fit.means, fit.weights, "bernoulli"),
+                               fit.weights, w)
+    assert losses[7] < 10.0 < 100.0 < losses[:7].min()
+
+    def ari(f: MixtureEMResult) -> float:
+        return adjusted_rand_score(y, map_assign(X, f.means, f.weights, "bernoulli"))
+
+    moved = split_merge(X, w, fit, "bernoulli", max_iter=50, tol=1e-6)
+    assert moved.log_likelihood > fit.log_likelihood and ari(moved) > 0.95 > ari(fit)
+
+    def no_removals(joint: np.ndarray, weights: np.ndarray, row_weight: np.ndarray
+                    ) -> np.ndarray:
+        return np.full(weights.shape, np.inf)
+
+    original = sm.removal_losses
+    sm.removal_losses = no_removals
+    try:
+        merged = split_merge(X, w, fit, "bernoulli", max_iter=50, tol=1e-6)
+    finally:
+        sm.removal_losses = original
+    assert merged.log_likelihood < moved.log_likelihood and ari(merged) < 0.95
