@@ -102,10 +102,10 @@ from streammom.split_merge import SHORT_STREAM_TRIALS, split_merge
 from streammom.stream_sums import with_stream_sums
 from streammom.tree import Node, subtree
 
-__all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "LIGHT_EM_PASSES", "PAIR_EM_PASSES",
-           "PAIR_WORK", "RefinedRouters",
-           "em_passes", "gains_significantly", "match_components", "principal_bisection",
-           "refine_routers", "spectral_restart", "split_gain", "split_gain_rows", "subtree_centre"]
+__all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "LIGHT_EM_PASSES", "LIGHT_EM_WORK",
+           "PAIR_EM_PASSES", "PAIR_WORK", "RefinedRouters", "em_passes", "gains_significantly",
+           "light_em_passes", "match_components", "principal_bisection", "refine_routers",
+           "spectral_restart", "split_gain", "split_gain_rows", "subtree_centre"]
 
 _CENTRE_FLOOR = 1e-6
 #: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so
@@ -116,11 +116,13 @@ RESTART_WORK = 65_536
 #: of the events learned (:func:`em_passes`).
 EM_WORK = 819_200
 EM_MIN_PASSES = 20
-#: EM passes of a light refit's refinement before the sums' steps: none — the tree's
-#: partition of the reservoir rows starts the sums' steps directly (10 passes gave the same
-#: labels on the long code streams at twice the cost: BENCHMARKS.md "Long and wide code
-#: streams").
-LIGHT_EM_PASSES = 0
+#: EM passes of a light refit's refinement before the sums' steps, at most, and their work
+#: bound: passes × rows ≤ LIGHT_EM_WORK × the rows' share of the events learned, with no
+#: floor (:func:`light_em_passes`). A quarter of a full refit's: a light refit runs on the
+#: daemon's loop, and 12 passes over 16,384 rows of 16 leaves take ~0.1 s (50 took 0.43 s,
+#: and a loop stall of 1.36 s in ``bench/daemon_defaults.py``).
+LIGHT_EM_PASSES = 50
+LIGHT_EM_WORK = EM_WORK // 4
 #: EM passes of the pair re-splits (each pair's two fits, then the whole mixture's).
 PAIR_EM_PASSES = 20
 #: The pair re-splits run while rows × leaves ≤ this (twice the restarts' bound: 16 leaves of
@@ -201,8 +203,9 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     EM's work bound (:func:`em_passes`).
 
     ``light``: the refinement of a light refit (:meth:`StreamingHierarchy.refit
-    <streammom.engine.StreamingHierarchy.refit>`): the tree's partition of the rows,
-    :data:`LIGHT_EM_PASSES` EM passes, no restart or re-split, then the sums' steps.
+    <streammom.engine.StreamingHierarchy.refit>`): the tree's partition of the rows, the
+    EM passes of :func:`light_em_passes` (many while the rows hold most of the stream, none
+    on a small sample of a long one), no restart, re-split or move, then the sums' steps.
     """
     leaf_ids = sorted(nid for nid, v in nodes.items() if v.is_leaf)
     leaves = [nodes[nid] for nid in leaf_ids]
@@ -217,7 +220,7 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     label = np.searchsorted(np.array(leaf_ids), _route_rows(nodes, root_id, rows))
     mu0, pi0 = _start(rows, row_weight, label, leaves, family)
     coverage = 1.0 if not n_events else rows.shape[0] / n_events  # the rows' share of the stream
-    passes = (min(LIGHT_EM_PASSES, max_iter) if light
+    passes = (light_em_passes(max_iter, rows.shape[0], coverage) if light
               else em_passes(max_iter, rows.shape[0], coverage))
     fit = fit_mixture_em(rows, mu0, pi0, family=family, tol=tol, max_iter=passes,
                          sample_weight=row_weight)
@@ -307,6 +310,24 @@ def em_passes(max_iter: int, n_rows: int, coverage: float = 1.0) -> int:
     """
     work = EM_WORK * min(1.0, max(coverage, 0.0))
     return min(max_iter, max(EM_MIN_PASSES, int(work // max(n_rows, 1))))
+
+
+def light_em_passes(max_iter: int, n_rows: int, coverage: float = 1.0) -> int:
+    """A light refit's EM passes over ``n_rows`` rows before the sums' steps:
+    min(``max_iter``, :data:`LIGHT_EM_PASSES`, ⌊:data:`LIGHT_EM_WORK` · min(1, coverage) /
+    rows⌋), with no floor. While the reservoirs hold most of a stream, the light refits after the
+    growth burst fit the rows as a full refit does: on the random-tree code streams of 30,000
+    events at d = 3,000, EM from the stream's labels on all events labels at 0.92 × the
+    oracle's ARI against 0.79 on a sample of 13,800 (BENCHMARKS.md "EM in the light refits").
+    Where they hold a small sample of a long stream, they stay the sums' steps alone, as cheap
+    as the budget counts them (``refit_budget.LIGHT_REFIT_NODE_EVENTS``).
+
+    >>> light_em_passes(100, 4_000), light_em_passes(100, 12_000), light_em_passes(
+    ...     100, 16_384, coverage=0.1)
+    (50, 17, 1)
+    """
+    work = LIGHT_EM_WORK * min(1.0, max(coverage, 0.0))
+    return min(max_iter, LIGHT_EM_PASSES, int(work // max(n_rows, 1)))
 
 
 def subtree_centre(means: np.ndarray, mass: np.ndarray) -> np.ndarray:

@@ -94,7 +94,11 @@ REFIT_NODE_EVENTS = 11_600.0
 #: c₂: event-equivalents per node per d² (the d × d work).
 REFIT_NODE_EVENTS_PER_D2 = 0.00112
 #: c_L: event-equivalents per node of a light refit (passes over the reservoirs only), the
-#: top of what ``bench/refit_cost.py`` measured: 641–856 at d = 500 … 4,000, 31 nodes.
+#: top of what ``bench/refit_cost.py`` measured: 641–856 at d = 500 … 4,000, 31 nodes, on a
+#: stream past its youth, where a light refit's EM passes are 0–3
+#: (:func:`streammom.refine.light_em_passes`). A young stream's light refits run up to 50
+#: passes over rows that hold most of it (~0.2 s at 12,000 rows of 16 leaves); they are the
+#: light burst's, a constant, so the amortised share stays b.
 LIGHT_REFIT_NODE_EVENTS = 800.0
 
 

@@ -42,15 +42,15 @@ own order, Ueda et al. 2000 §3: the local gains rank candidates, the full EM de
 500-event code streams no single move without the tempered passes ends more likely, nor does
 the best candidate alone with them (BENCHMARKS.md "Moves on a short stream's scores").
 
-Moves repeat, each from the fit the last one left, until none gains or :data:`MAX_MOVES`
-have been taken. A young stream's refits come on a geometric schedule, so a structure error
-left for the next refit can outlive the stream: on the random-tree code streams of
+Moves repeat, each from the fit the last one left, until none gains or :data:`MAX_MOVES` have
+been taken. A young stream's refits come on a geometric schedule, so a structure error left for
+the next refit can outlive the stream: on the random-tree code streams of
 ``bench/random_tree_streams.py`` one refit of a 20-leaf tree took up to four moves, and with
 one move a refit two streams of 40 ended below 0.9 × the oracle's ARI that reach it now
 (BENCHMARKS.md "Split and merge until no move gains"). Each move costs at most k + 3 small
-two-component fits (a split candidate per component, the merge candidates), the removal
-losses (O(n · k)) and one EM over all the rows, so a refit's moves cost at most :data:`MAX_MOVES` times that. Code sets
-(Bernoulli) only, like the pair re-splits, and within the same work bound
+two-component fits (a split candidate per component, the merge candidates), the removal losses
+(O(n · k)) and one EM over all the rows, so a refit's moves cost at most :data:`MAX_MOVES`
+times that. Code sets (Bernoulli) only, like the pair re-splits, and within the same work bound
 (:data:`streammom.refine.PAIR_WORK`). Deterministic: the Lanczos starts are seeded by
 ``random_state`` and the component.
 """

@@ -254,6 +254,30 @@ def test_the_light_burst_refits_a_young_stream_without_delaying_full_refits(
     assert got > base + 0.03 and got > 0.85 * oracle, (got, base, oracle)
 
 
+def test_light_refits_fit_the_rows_while_the_reservoirs_hold_most_of_the_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same 20,000-event stream: its light refits at 12,000 and 18,000 events see
+    reservoirs that hold most of it, so they run EM passes on the rows before the sums' steps
+    (refine.light_em_passes, under its work bound), and label better than light refits of
+    the sums' steps alone."""
+    X, y, oracle = _codes(20_000, 1_000, 16, seed=11, signal=0.8)
+
+    def stream() -> tuple[float, list[int]]:
+        eng = StreamingHierarchy(1_000, max_leaves=16)
+        for start in range(0, X.shape[0], 1_000):
+            eng.partial_fit(X[start:start + 1_000])
+        passes = [r["em_iterations"] for r in eng.lineage_
+                  if r["event"] == "refine" and r.get("light")]
+        return adjusted_rand_score(y, eng.predict(X)), passes
+
+    got, passes = stream()
+    assert len(passes) == 2 and passes[0] > passes[1] > 0
+    monkeypatch.setattr(refine, "LIGHT_EM_PASSES", 0)
+    base, none = stream()
+    assert none == [0, 0]
+    assert got > base + 0.01 and got > 0.9 * oracle, (got, base, oracle)
+
+
 def test_the_light_burst_spend_survives_the_archive_and_is_validated() -> None:
     from streammom.serialization import SnapshotFormatError
 
