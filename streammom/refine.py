@@ -318,7 +318,8 @@ def light_em_passes(max_iter: int, n_rows: int, coverage: float = 1.0) -> int:
     rows⌋), with no floor. While the reservoirs hold most of a stream, the light refits after the
     growth burst fit the rows as a full refit does: on the random-tree code streams of 30,000
     events at d = 3,000, EM from the stream's labels on all events labels at 0.92 × the
-    oracle's ARI against 0.79 on a sample of 13,800 (BENCHMARKS.md "EM in the light refits").
+    oracle's ARI against 0.79 on a sample of 13,800 (BENCHMARKS.md "Removal moves, and EM in
+    the light refits").
     Where they hold a small sample of a long stream, they stay the sums' steps alone, as cheap
     as the budget counts them (``refit_budget.LIGHT_REFIT_NODE_EVENTS``).
 

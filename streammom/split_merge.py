@@ -27,7 +27,7 @@ component from where it is redundant to where it is missing:
    event random-tree code stream of 16 leaves at d = 3,000 the refit at 8,000 events left two
    such components (shares 6e-4 and 1e-4) while two leaves held two clusters each; the two
    removal moves gained 1,012 and 842 nats on the refit's rows (BENCHMARKS.md "Removal
-   moves");
+   moves, and EM in the light refits");
 4. the move with the largest gain − loss, if positive: a becomes the merged component (a
    removal: a's slot is freed), c and b the two halves of c (c keeps the half that holds more
    of its rows), then EM on all the rows from there; the result is kept only if its weighted
