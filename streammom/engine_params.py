@@ -45,7 +45,7 @@ ENGINE_PARAMETERS: tuple[Param, ...] = (
     Param("refit_every_seconds", None, (_POSITIVE, None),
           "refit after this many seconds of event time; None: no time trigger"),
     Param("reservoir_size", 1024, (Interval(int, 2, 1 << 24),),
-          "events kept per node (children and repairs start from them)"),
+          "events kept per node (children, repairs and the refinement's EM start from them)"),
     Param("basis_dim", 8, (Interval(int, 2, 512),),
           "dimension m of the tracked third-order basis (m(m+1)(m+2)/6 sums a node)"),
     Param("method", "sidiwo", (Options(("dsidiwo", "sidiwo")),),
