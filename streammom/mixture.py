@@ -50,6 +50,7 @@ __all__ = [
     "log_likelihood_matrix",
     "log_linear_params",
     "map_assign",
+    "normalise_joint",
     "partition_sums",
     "prepare_parameters",
     "responsibilities",
@@ -151,8 +152,9 @@ def _joint(X: sp.csr_array, mu: np.ndarray, om: np.ndarray, family: str) -> np.n
     return L
 
 
-def _normalise(L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row-wise log-sum-exp with max subtraction: (log p(x_i), responsibilities)."""
+def normalise_joint(L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise log-sum-exp with max subtraction of the (n, k) joint log-likelihoods
+    (:func:`log_likelihood_matrix`): (log p(x_i), responsibilities)."""
     m = L.max(axis=1)
     R = np.exp(L - m[:, None])
     s = R.sum(axis=1)
@@ -180,7 +182,7 @@ def log_likelihood_matrix(X: Any, means: Any, weights: Any, family: Family) -> n
 
 def responsibilities(X: Any, means: Any, weights: Any, family: Family) -> np.ndarray:
     """(n, k) posteriors P(Y = j | x_i): the row-wise softmax of :func:`log_likelihood_matrix`."""
-    return _normalise(log_likelihood_matrix(X, means, weights, family))[1]
+    return normalise_joint(log_likelihood_matrix(X, means, weights, family))[1]
 
 
 def map_assign(X: Any, means: Any, weights: Any, family: Family) -> np.ndarray:

@@ -61,7 +61,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.special import logsumexp
 
 from streammom.estimators import Family
 from streammom.mixture import (
@@ -69,6 +68,7 @@ from streammom.mixture import (
     fit_from_partition,
     fit_mixture_em,
     log_likelihood_matrix,
+    normalise_joint,
 )
 from streammom.pair_resplit import MIN_PAIR_ROWS, between_direction, confused_pairs
 
@@ -102,8 +102,9 @@ def removal_losses(joint: np.ndarray, weights: np.ndarray, row_weight: np.ndarra
 
     from the (n, k) joint log-likelihoods ``joint`` (log π_j + log p(x_i | μ_j)). Every
     leave-one-out log-sum-exp comes from the row's prefix and suffix log-sum-exps over the
-    components, O(n · k) for all k. A component that holds no row costs about nothing to
-    remove (its slot is free); one whose rows nothing else explains costs much.
+    components, O(n · k) for all k (the last prefix is log p(x_i) itself). A component that
+    holds no row costs about nothing to remove (its slot is free); one whose rows nothing
+    else explains costs much.
 
     >>> means, shares = [[0.9, 0.1], [0.1, 0.9], [0.5, 0.5]], [0.5, 0.5 - 1e-9, 1e-9]
     >>> joint = log_likelihood_matrix(np.eye(2), means, shares, "bernoulli")
@@ -112,10 +113,11 @@ def removal_losses(joint: np.ndarray, weights: np.ndarray, row_weight: np.ndarra
     """
     n, k = joint.shape
     pad = np.full((n, 1), -np.inf)
-    prefix = np.hstack([pad, np.logaddexp.accumulate(joint, axis=1)])[:, :k]
+    running = np.logaddexp.accumulate(joint, axis=1)
+    prefix = np.hstack([pad, running])[:, :k]
     suffix = np.hstack([np.logaddexp.accumulate(joint[:, ::-1], axis=1)[:, ::-1], pad])[:, 1:]
     without = np.logaddexp(prefix, suffix)  # (n, k): log Σ_{j≠e} π_j p(x_i | μ_j)
-    total = logsumexp(joint, axis=1)
+    total = running[:, -1]  # log p(x_i)
     with np.errstate(divide="ignore"):
         renormalise = np.log1p(-np.minimum(weights, 1.0))
     return row_weight @ (total[:, None] - without) + row_weight.sum() * renormalise
@@ -148,7 +150,7 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
     if k < 3:
         return fit
     joint = log_likelihood_matrix(rows, fit.means, fit.weights, family)
-    resp = np.exp(joint - logsumexp(joint, axis=1, keepdims=True))
+    resp = normalise_joint(joint)[1]
     label = resp.argmax(axis=1)
     splits: dict[int, tuple[float, MixtureEMResult, bool]] = {}
     for c in range(k):

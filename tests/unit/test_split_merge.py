@@ -4,6 +4,7 @@ component moved from a cluster that two components share to a component that hol
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from sklearn.metrics import adjusted_rand_score
 
@@ -78,7 +79,8 @@ def test_the_move_is_deterministic() -> None:
     assert np.array_equal(a.means, b.means) and np.array_equal(a.weights, b.weights)
 
 
-def test_the_stream_escapes_a_shared_cluster_on_a_16_leaf_code_stream() -> None:
+def test_the_stream_escapes_a_shared_cluster_on_a_16_leaf_code_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """8,000 events of 16 latent leaves at d = 800 (seed 11): EM from the stream's tree left
     two true clusters in one leaf and one across two (BENCHMARKS.md "Split and merge"); with
     the move in the refinement the stream labels at ≥ 0.9 × the oracle's ARI, without it
@@ -98,16 +100,13 @@ def test_the_stream_escapes_a_shared_cluster_on_a_16_leaf_code_stream() -> None:
         return adjusted_rand_score(y, eng.predict(X))
 
     got = stream()
-    saved = refine.split_merge
-    refine.split_merge = lambda rows, w, fit, *a, **k: fit  # type: ignore[assignment]
-    try:
-        without = stream()
-    finally:
-        refine.split_merge = saved
+    monkeypatch.setattr(refine, "split_merge", lambda rows, w, fit, *a, **k: fit)
+    without = stream()
     assert got >= 0.9 * oracle > without, (got, without, oracle)
 
 
-def test_moves_on_a_short_stream_s_scores_mend_two_clusters_in_one_leaf() -> None:
+def test_moves_on_a_short_stream_s_scores_mend_two_clusters_in_one_leaf(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """500 events of 8 latent leaves at d = 500 (seed 0, the acceptance protocol's order 0):
     the refinement's scores held two sibling clusters in one leaf and one cluster across two
     (BENCHMARKS.md "Moves on a short stream's scores"). With the moves on the scores (annealed
@@ -128,16 +127,13 @@ def test_moves_on_a_short_stream_s_scores_mend_two_clusters_in_one_leaf() -> Non
         return adjusted_rand_score(y, eng.predict(X))
 
     got = stream()
-    saved = refine.is_short_stream
-    refine.is_short_stream = lambda *a, **k: False  # type: ignore[assignment]
-    try:
-        without = stream()
-    finally:
-        refine.is_short_stream = saved
+    monkeypatch.setattr(refine, "is_short_stream", lambda *a, **k: False)
+    without = stream()
     assert got >= 0.9 * oracle > without, (got, without, oracle)
 
 
-def test_an_empty_component_s_slot_goes_to_a_leaf_holding_two_clusters() -> None:
+def test_an_empty_component_s_slot_goes_to_a_leaf_holding_two_clusters(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight clusters in four sibling pairs (each pair shares a block of codes). EM left
     component 7 with no row while component 6 holds clusters 6 and 7; the most confused
     pairs are siblings, so no merge candidate involves the empty slot. The removal move frees
@@ -169,14 +165,7 @@ def test_an_empty_component_s_slot_goes_to_a_leaf_holding_two_clusters() -> None
     moved = split_merge(X, w, fit, "bernoulli", max_iter=50, tol=1e-6)
     assert moved.log_likelihood > fit.log_likelihood and ari(moved) > 0.95 > ari(fit)
 
-    def no_removals(joint: np.ndarray, weights: np.ndarray, row_weight: np.ndarray
-                    ) -> np.ndarray:
-        return np.full(weights.shape, np.inf)
-
-    original = sm.removal_losses
-    sm.removal_losses = no_removals
-    try:
-        merged = split_merge(X, w, fit, "bernoulli", max_iter=50, tol=1e-6)
-    finally:
-        sm.removal_losses = original
+    monkeypatch.setattr(sm, "removal_losses", lambda joint, weights, row_weight: np.full(
+        weights.shape, np.inf))  # no removal candidates
+    merged = split_merge(X, w, fit, "bernoulli", max_iter=50, tol=1e-6)
     assert merged.log_likelihood < moved.log_likelihood and ari(merged) < 0.95
