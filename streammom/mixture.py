@@ -25,6 +25,22 @@ Networks 11(2), eq. 12): optional tempered passes before the EM, each an E-step 
 temperature β ∈ (0, 1], r_ij ∝ (ω_j p(x_i | j))^β, then the same M-step. At β < 1 the
 posterior is flatter, so the components move as a group out of the basin their start put them
 in, and settle as β rises to 1; the plain EM that follows converges from there.
+
+Optimism of a weighted fit (Takeuchi 1976; Konishi & Kitagawa, *Information Criteria and
+Statistical Modeling*, 2008, §3.4): the streaming tree fits its mixture to reservoir rows that
+each stand for w_i events (:mod:`streammom.refine`), and the fitted parameters θ̂ make the
+rows' weighted log-likelihood ℓ_w(θ̂) = Σ_i w_i log p(x_i | θ̂) larger than the stream's own
+would be at θ̂, by tr(J⁻¹K) in expectation (TIC), J the weighted information Σ_i w_i (−∇²) and
+K the weighted scores' variance Σ_i w_i² ∇∇ᵀ. For a product (Bernoulli or multinomial)
+component j every mean parameter's ratio K/J is the same, w̄_j = Σ_i w_i² r_ij / Σ_i w_i r_ij
+(the component's rows' weight, averaged by weight), so the optimism is Σ_j p w̄_j with p the
+parameters of one component: the features the rows hold, plus its share
+(:func:`log_likelihood_optimism`). With equal weights it is the AIC's p·k: constant across
+fits of the same k on the same rows. With unequal weights it is larger for a fit that puts
+more components on heavy rows: a split of a heavy leaf's rows gains likelihood from the noise
+in its few rows, multiplied by their weight. The streaming refinement compares fits on a code
+set's rows by ``log_likelihood − optimism`` (:func:`corrected_log_likelihood`;
+:mod:`streammom.refine`).
 """
 
 from __future__ import annotations
@@ -45,9 +61,11 @@ from streammom.projection import floor_simplex
 __all__ = [
     "MixtureEMResult",
     "SumsPrior",
+    "corrected_log_likelihood",
     "fit_from_partition",
     "fit_mixture_em",
     "log_likelihood_matrix",
+    "log_likelihood_optimism",
     "log_linear_params",
     "map_assign",
     "normalise_joint",
@@ -160,6 +178,42 @@ def normalise_joint(L: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s = R.sum(axis=1)
     R /= s[:, None]
     return m + np.log(s), R
+
+
+def log_likelihood_optimism(mass: np.ndarray, mass_sq: np.ndarray, n_params: int) -> float:
+    """The optimism of a fit's weighted log-likelihood (module docstring, TIC):
+    Σ_j p · w̄_j over the components that hold rows, w̄_j = ``mass_sq``_j / ``mass``_j with
+    ``mass``_j = Σ_i w_i r_ij and ``mass_sq``_j = Σ_i w_i² r_ij, p = ``n_params`` a component.
+
+    >>> log_likelihood_optimism(np.array([10.0, 10.0]), np.array([10.0, 10.0]), 5)  # AIC: p·k
+    10.0
+    >>> log_likelihood_optimism(np.array([10.0, 40.0, 0.0]), np.array([10.0, 160.0, 0.0]), 5)
+    25.0
+    """
+    total = float(mass.sum())
+    held = mass > _EMPTY_REL * total
+    return float(n_params * (mass_sq[held] / mass[held]).sum())
+
+
+def corrected_log_likelihood(X: Any, fit: MixtureEMResult, family: Family, *,
+                             sample_weight: Any = None) -> float:
+    """``fit.log_likelihood`` on the weighted rows ``X`` net of its optimism (module docstring,
+    TIC): two passes over the rows at the fit's parameters give Σ_i w_i r_ij and
+    Σ_i w_i² r_ij, and p is the features the rows hold (plus the share, Bernoulli).
+    ``fit`` must be a fit to these rows and weights."""
+    Xc = with_int32_indices(as_csr(X, fit.means.shape[1]))
+    w = as_weights(sample_weight, Xc.shape[0])
+    A, b = log_linear_params(*prepare_parameters(fit.means, fit.weights, family), family)
+    AT = np.ascontiguousarray(A.T)
+    const = _row_constant(Xc, family)
+    masses = []
+    for weight in (w, w * w):
+        ST, nk = np.zeros((Xc.shape[1], b.shape[0])), np.zeros(b.shape[0])
+        _kernels.em_pass(Xc.indptr, Xc.indices, Xc.data, weight, AT, b, const, ST, nk)
+        masses.append(nk)
+    seen = int(np.count_nonzero(np.bincount(Xc.indices, minlength=Xc.shape[1])))
+    n_params = seen + (1 if family == "bernoulli" else 0)  # the means, and the share
+    return fit.log_likelihood - log_likelihood_optimism(masses[0], masses[1], n_params)
 
 
 def log_likelihood_matrix(X: Any, means: Any, weights: Any, family: Family) -> np.ndarray:

@@ -8,9 +8,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from engine_checks import acceptance_ari
 from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy, refine
+from streammom import pair_resplit as pair_resplit_module
+from streammom import split_merge as split_merge_module
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.mixture import fit_mixture_em, map_assign, partition_sums
 from streammom.pair_resplit import between_direction, confused_pairs, pair_resplit
@@ -361,3 +364,22 @@ def test_the_growth_burst_belongs_to_a_young_stream(monkeypatch: pytest.MonkeyPa
     assert [r for r in got if r[0] > 2_000] == stream(again, 2_000)
     assert again._refit_spent == aged._refit_spent
     assert np.array_equal(again.predict(X), aged.predict(X))
+
+
+def test_skewed_shares_the_fits_are_compared_by_the_likelihood_they_can_expect(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """10,000 events of 8 leaves whose shares are a Dirichlet(0.7) draw (0.53 down to 0.02).
+    The heaviest cluster's leaves hold reservoirs of rows that stand for ~3 events each, and a
+    fit that splits them gains likelihood from their noise times that weight: compared by the
+    rows' raw weighted log-likelihood, the annealed restart's fit wins, with the heavy cluster
+    split three ways and the small ones merged (0.5 × the oracle's ARI); compared net of each
+    fit's optimism (mixture.corrected_log_likelihood, TIC), the stream labels at 0.9 × the
+    oracle."""
+    shares = np.random.default_rng(100).dirichlet(np.full(8, 0.7))
+    X, y, oracle = _codes(10_000, 1_000, 8, seed=0, leaf_weights=shares)
+    got = acceptance_ari(X, y, 8)
+    for module in (refine, split_merge_module, pair_resplit_module):  # raw comparisons
+        monkeypatch.setattr(module, "corrected_log_likelihood",
+                            lambda X, fit, family, sample_weight=None: fit.log_likelihood)
+    raw = acceptance_ari(X, y, 8)
+    assert got > 0.9 * oracle and raw < 0.75 * oracle, (got, raw, oracle)

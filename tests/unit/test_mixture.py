@@ -12,6 +12,7 @@ from scipy.special import gammaln
 
 from streammom.mixture import (
     MixtureEMResult,
+    corrected_log_likelihood,
     fit_mixture_em,
     log_likelihood_matrix,
     map_assign,
@@ -310,3 +311,40 @@ def test_a_sums_prior_adds_pseudo_counts_to_every_m_step() -> None:
     low = np.minimum(rows_only.means, only.means) - 1e-12
     high = np.maximum(rows_only.means, only.means) + 1e-12
     assert ((half.means >= low) & (half.means <= high)).all()
+
+
+
+def test_the_optimism_of_equal_weights_is_the_aic_and_grows_with_the_rows_weight() -> None:
+    """Equal weights: p · k (p the features the rows hold plus the share; AIC), the same for
+    every fit of k components on those rows. Rows that stand for c events each: c times it."""
+    rng = np.random.default_rng(3)
+    means, weights = _separated_bernoulli(d=30, k=3)
+    X, _ = _bernoulli_data(rng, 600, means, weights)
+    p = int(np.count_nonzero(np.bincount(X.indices, minlength=30))) + 1
+
+    def optimism(fit: MixtureEMResult, w: np.ndarray) -> float:
+        return fit.log_likelihood - corrected_log_likelihood(X, fit, "bernoulli",
+                                                             sample_weight=w)
+
+    ones, fours = np.ones(600), np.full(600, 4.0)
+    one = fit_mixture_em(X, means, weights, family="bernoulli", sample_weight=ones)
+    other = fit_mixture_em(X, means[::-1], weights, family="bernoulli", max_iter=3)
+    heavy = fit_mixture_em(X, means, weights, family="bernoulli", sample_weight=fours)
+    assert optimism(one, ones) == pytest.approx(3 * p)
+    assert optimism(other, ones) == pytest.approx(3 * p)
+    assert optimism(heavy, fours) == pytest.approx(4 * 3 * p)
+
+
+def test_the_optimism_weighs_each_component_by_its_rows_weight() -> None:
+    """Two clusters, one's rows standing for 9 events each: the optimism is p · (9 + 1) when
+    a component holds each; a component that holds no row adds nothing."""
+    means = np.array([[0.9] * 5 + [0.05] * 5, [0.05] * 5 + [0.9] * 5])
+    rng = np.random.default_rng(0)
+    X, labels = _bernoulli_data(rng, 400, means, np.array([0.5, 0.5]))
+    w = np.where(labels == 0, 9.0, 1.0)
+    fit = fit_mixture_em(X, means, [0.5, 0.5], family="bernoulli", sample_weight=w)
+    empty = fit_mixture_em(X, np.vstack([means, [[0.5] * 10]]), [0.5, 0.5 - 1e-12, 1e-12],
+                           family="bernoulli", sample_weight=w, max_iter=0)
+    for f in (fit, empty):
+        got = f.log_likelihood - corrected_log_likelihood(X, f, "bernoulli", sample_weight=w)
+        assert got == pytest.approx(11 * 10.0, rel=1e-3)

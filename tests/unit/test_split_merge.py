@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from engine_checks import acceptance_ari
 from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy
@@ -92,16 +93,9 @@ def test_the_stream_escapes_a_shared_cluster_on_a_16_leaf_code_stream(
     X = sp.csr_array(X)
     oracle = adjusted_rand_score(y, map_assign(X, truth.prevalence, truth.leaf_weights,
                                                "bernoulli"))
-
-    def stream() -> float:
-        eng = StreamingHierarchy(800, max_leaves=16)
-        for start in range(0, X.shape[0], 1_000):
-            eng.partial_fit(X[start:start + 1_000])
-        return adjusted_rand_score(y, eng.predict(X))
-
-    got = stream()
+    got = acceptance_ari(X, y, 16)
     monkeypatch.setattr(refine, "split_merge", lambda rows, w, fit, *a, **k: fit)
-    without = stream()
+    without = acceptance_ari(X, y, 16)
     assert got >= 0.9 * oracle > without, (got, without, oracle)
 
 
