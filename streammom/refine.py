@@ -24,7 +24,12 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   leaves' rows and the components' MAP rows), so the tree's structure stays and routing
   follows the better mixture. Its cost, one ASVTD and one more EM, is O(nnz · k) per pass, so
   it runs while rows × leaves ≤ ``RESTART_WORK`` (≲ 0.1 s at d = 1,024): on every refit of a
-  short stream or a small tree, on the young tree of a long one;
+  short stream or a small tree, on the young tree of a long one. Past :data:`WORK_LEAVES`
+  (16) leaves this bound and the re-splits' are on the rows alone (4,096 and 8,192): a
+  tree of k leaves holds up to k reservoirs, so a bound on rows × leaves shut a 32-leaf
+  tree out of every search once it held 2,048 rows (10,000-event code streams of 32 leaves:
+  0.80–0.86 × the oracle's ARI, 0.88–0.91 with the bound on the rows; BENCHMARKS.md
+  "Skewed cluster shares");
 * pair re-splits (:mod:`streammom.pair_resplit`), for code sets (Bernoulli): the most
   confused pairs of components of the routers' fit are fitted again, two at a time, from the
   top eigenvector of their rows' between-component covariance; the fit is kept only when EM
@@ -116,9 +121,10 @@ from streammom.stream_sums import with_stream_sums
 from streammom.tree import Node, subtree
 
 __all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "LIGHT_EM_PASSES", "LIGHT_EM_WORK",
-           "PAIR_EM_PASSES", "PAIR_WORK", "RefinedRouters", "em_passes", "gains_significantly",
-           "light_em_passes", "match_components", "principal_bisection", "refine_routers",
-           "spectral_restart", "split_gain", "split_gain_rows", "subtree_centre"]
+           "PAIR_EM_PASSES", "PAIR_WORK", "WORK_LEAVES", "RefinedRouters", "em_passes",
+           "gains_significantly", "light_em_passes", "match_components", "principal_bisection",
+           "refine_routers", "spectral_restart", "split_gain", "split_gain_rows",
+           "subtree_centre"]
 
 _CENTRE_FLOOR = 1e-6
 #: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so
@@ -142,6 +148,9 @@ PAIR_EM_PASSES = 20
 #: 8,192 rows). Above it — a long stream's full 16-leaf reservoirs, 0.2 s a refit at
 #: d = 2,000 — the leaves' sums and the light refits carry the refinement.
 PAIR_WORK = 2 * RESTART_WORK
+#: Leaves counted in the bounds' rows × leaves at most: past 16 leaves the bounds are on the
+#: rows alone (4,096 for the restarts, 8,192 for the re-splits and moves).
+WORK_LEAVES = 16
 #: The annealed restart's inverse temperatures, one tempered pass each: 6 steps from 0.3 to 1
 #: (geometric), 3 passes a step. Hotter starts (0.1) merged components on the 500-event code
 #: streams; 12 steps of 5 passes found the same fits (BENCHMARKS.md "Annealed restart").
@@ -241,7 +250,8 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
         fit = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
                                label=label)
         return _refined(nodes, leaves, leaf_ids, family, fit, fit, rows.shape[0], False)
-    restarts = rows.shape[0] * len(leaves) <= RESTART_WORK  # spectral and annealed
+    work_leaves = min(len(leaves), WORK_LEAVES)  # the bounds' rows × leaves (docstring)
+    restarts = rows.shape[0] * work_leaves <= RESTART_WORK  # spectral and annealed
     alt = None if not restarts else spectral_restart(
         rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
         random_state=random_state)
@@ -250,7 +260,7 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
         fit = _on_leaves(alt, rows, row_weight, label, family)
         restarted = True
     # code sets only (on text it lowered R8's ARI: pair_resplit), within its work bound
-    if family == "bernoulli" and rows.shape[0] * len(leaves) <= PAIR_WORK:
+    if family == "bernoulli" and rows.shape[0] * work_leaves <= PAIR_WORK:
         resplit = pair_resplit(rows, row_weight, fit, family, tol=tol,
                                max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state)
         resplit = split_merge(rows, row_weight, resplit, family, tol=tol,

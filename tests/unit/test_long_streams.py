@@ -383,3 +383,16 @@ def test_skewed_shares_the_fits_are_compared_by_the_likelihood_they_can_expect(
                             lambda X, fit, family, sample_weight=None: fit.log_likelihood)
     raw = acceptance_ari(X, y, 8)
     assert got > 0.9 * oracle and raw < 0.75 * oracle, (got, raw, oracle)
+
+
+def test_a_tree_of_more_than_16_leaves_keeps_its_searches_while_its_rows_are_few(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """10,000 events of 32 latent leaves at d = 1,000: with all 32 leaves in the bounds'
+    rows × leaves, the restarts stop at 2,048 rows and the moves at 4,096, and the stream
+    ends below 0.87 × the oracle's ARI; with leaves counted up to refine.WORK_LEAVES (16) the
+    bounds are 4,096 and 8,192 rows and it reaches 0.9 ×."""
+    X, y, oracle = _codes(10_000, 1_000, 32, seed=3, codes_per_event=12.0)
+    got = acceptance_ari(X, y, 32)
+    monkeypatch.setattr(refine, "WORK_LEAVES", 1 << 30)
+    every_leaf = acceptance_ari(X, y, 32)
+    assert got > 0.9 * oracle and every_leaf < 0.87 * oracle, (got, every_leaf, oracle)
