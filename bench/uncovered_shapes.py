@@ -36,9 +36,12 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
-from streammom import HierarchicalMoM, SpectralMixture, StreamingHierarchy  # noqa: E402
+from streammom import HierarchicalMoM, SpectralMixture  # noqa: E402
 from streammom.datasets import make_hierarchical_bernoulli  # noqa: E402
 from streammom.mixture import fit_from_partition, map_assign  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from long_streams import stream_labels  # noqa: E402
 
 #: (name, events, d, leaves, codes an event, Dirichlet concentration of the shares or None)
 SHAPES = [
@@ -49,14 +52,6 @@ SHAPES = [
     ("32 leaves", 10_000, 1_000, 32, 12.0, None),
     ("three codes an event", 20_000, 500, 8, 3.0, None),
 ]
-
-
-def _stream_labels(X: sp.csr_array, d: int, k: int) -> np.ndarray:
-    """The acceptance protocol: defaults, one pass in batches of 1,000, then ``predict``."""
-    eng = StreamingHierarchy(d, max_leaves=k)
-    for start in range(0, X.shape[0], 1_000):
-        eng.partial_fit(X[start:start + 1_000])
-    return eng.predict(X)
 
 
 def _em_log_likelihood(X: sp.csr_array, label: np.ndarray) -> float:
@@ -86,7 +81,7 @@ def main() -> None:
             X = sp.csr_array(X)
             oracle = adjusted_rand_score(y, map_assign(X, truth.prevalence, truth.leaf_weights,
                                                        "bernoulli"))
-            streamed = _stream_labels(X, d, k)
+            streamed = stream_labels(X, d, k)
             stream, clusters = adjusted_rand_score(y, streamed), len(np.unique(streamed))
             labels = {
                 "spectral": SpectralMixture(k, family="bernoulli").fit(X).predict(X),

@@ -68,6 +68,7 @@ __all__ = [
     "log_likelihood_optimism",
     "log_linear_params",
     "map_assign",
+    "more_likely",
     "normalise_joint",
     "partition_sums",
     "prepare_parameters",
@@ -201,19 +202,43 @@ def corrected_log_likelihood(X: Any, fit: MixtureEMResult, family: Family, *,
     TIC): two passes over the rows at the fit's parameters give Σ_i w_i r_ij and
     Σ_i w_i² r_ij, and p is the features the rows hold (plus the share, Bernoulli).
     ``fit`` must be a fit to these rows and weights."""
-    Xc = with_int32_indices(as_csr(X, fit.means.shape[1]))
-    w = as_weights(sample_weight, Xc.shape[0])
-    A, b = log_linear_params(*prepare_parameters(fit.means, fit.weights, family), family)
+    return _corrected(_WeightedRows(X, fit.means.shape[1], family, sample_weight), fit)
+
+
+def more_likely(new: MixtureEMResult, old: MixtureEMResult, X: Any, family: Family, *,
+                sample_weight: Any = None) -> bool:
+    """Whether ``new`` is more likely than ``old`` on the same weighted rows ``X``, each net of
+    its optimism (:func:`corrected_log_likelihood`; the rows' share of the work done once)."""
+    rows = _WeightedRows(X, new.means.shape[1], family, sample_weight)
+    return _corrected(rows, new) > _corrected(rows, old)
+
+
+class _WeightedRows:
+    """What the optimism needs of the rows, whatever the fit: CSR rows, weights, each row's
+    constant, and p, the parameters of a component."""
+
+    def __init__(self, X: Any, d: int, family: Family, sample_weight: Any) -> None:
+        self.X = with_int32_indices(as_csr(X, d))
+        self.w = as_weights(sample_weight, self.X.shape[0])
+        self.family = family
+        self.const = _row_constant(self.X, family)
+        seen = int(np.count_nonzero(np.bincount(self.X.indices, minlength=d)))
+        self.n_params = seen + (1 if family == "bernoulli" else 0)  # the means, and the share
+
+
+def _corrected(rows: _WeightedRows, fit: MixtureEMResult) -> float:
+    A, b = log_linear_params(*prepare_parameters(fit.means, fit.weights, rows.family),
+                             rows.family)
     AT = np.ascontiguousarray(A.T)
-    const = _row_constant(Xc, family)
+    Xc = rows.X
+    ST = np.empty((Xc.shape[1], b.shape[0]))  # the kernel's M-step sums, unused here
     masses = []
-    for weight in (w, w * w):
-        ST, nk = np.zeros((Xc.shape[1], b.shape[0])), np.zeros(b.shape[0])
-        _kernels.em_pass(Xc.indptr, Xc.indices, Xc.data, weight, AT, b, const, ST, nk)
+    for weight in (rows.w, rows.w * rows.w):
+        ST.fill(0.0)
+        nk = np.zeros(b.shape[0])
+        _kernels.em_pass(Xc.indptr, Xc.indices, Xc.data, weight, AT, b, rows.const, ST, nk)
         masses.append(nk)
-    seen = int(np.count_nonzero(np.bincount(Xc.indices, minlength=Xc.shape[1])))
-    n_params = seen + (1 if family == "bernoulli" else 0)  # the means, and the share
-    return fit.log_likelihood - log_likelihood_optimism(masses[0], masses[1], n_params)
+    return fit.log_likelihood - log_likelihood_optimism(masses[0], masses[1], rows.n_params)
 
 
 def log_likelihood_matrix(X: Any, means: Any, weights: Any, family: Family) -> np.ndarray:

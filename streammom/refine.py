@@ -62,10 +62,11 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   one leaf (BENCHMARKS.md "Moves on a short stream's scores");
 * for code sets, every comparison above — a restart's fit against the one it would replace
   (:func:`_more_likely`), a re-split pair, a move's candidates and its result — is made by
-  :func:`~streammom.mixture.corrected_log_likelihood`: the rows' weighted log-likelihood net
-  of the fit's optimism (TIC, :func:`streammom.mixture.log_likelihood_optimism`). A heavy
-  leaf's rows stand for several events each, and a fit that spends components on them gains
-  likelihood from their noise as many times over: on code streams with Dirichlet(0.7) leaf
+  :func:`~streammom.mixture.corrected_log_likelihood` (:func:`~streammom.mixture.more_likely`):
+  the rows' weighted log-likelihood net of the fit's optimism (TIC,
+  :func:`streammom.mixture.log_likelihood_optimism`). A heavy leaf's rows stand for several
+  events each, and a fit that spends components on them gains likelihood from their noise as
+  many times over: on code streams with Dirichlet(0.7) leaf
   shares the annealed restart's fit was 700 nats more likely on the rows and 2,200 less on the
   stream, and labelled at half the oracle's ARI (BENCHMARKS.md "Skewed cluster shares").
   With equal weights the correction is the same for every fit of k components. Code sets
@@ -106,10 +107,10 @@ from streammom.estimators import Family
 from streammom.kmeans_restart import is_short_stream, kmeans_restart
 from streammom.mixture import (
     MixtureEMResult,
-    corrected_log_likelihood,
     fit_mixture_em,
     log_likelihood_matrix,
     map_assign,
+    more_likely,
     partition_sums,
 )
 from streammom.model import LeafScore, Router, leaf_scores, map_router
@@ -298,8 +299,7 @@ def _more_likely(new: MixtureEMResult, old: MixtureEMResult, rows: sp.csr_array,
     module docstring), for token counts by the raw log-likelihood."""
     if family != "bernoulli":
         return new.log_likelihood > old.log_likelihood
-    return (corrected_log_likelihood(rows, new, family, sample_weight=row_weight)
-            > corrected_log_likelihood(rows, old, family, sample_weight=row_weight))
+    return more_likely(new, old, rows, family, sample_weight=row_weight)
 
 
 def _refined(nodes: Mapping[int, Node], leaves: list[Node], leaf_ids: list[int],

@@ -313,7 +313,6 @@ def test_a_sums_prior_adds_pseudo_counts_to_every_m_step() -> None:
     assert ((half.means >= low) & (half.means <= high)).all()
 
 
-
 def test_the_optimism_of_equal_weights_is_the_aic_and_grows_with_the_rows_weight() -> None:
     """Equal weights: p · k (p the features the rows hold plus the share; AIC), the same for
     every fit of k components on those rows. Rows that stand for c events each: c times it."""
