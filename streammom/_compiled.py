@@ -25,8 +25,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["EM_CUT", "add_packed_gram", "add_row_sums", "em_pass", "reservoir_offer",
-           "route_rows", "unpack_packed"]
+__all__ = ["EM_CUT", "add_packed_gram", "add_row_sums", "em_pass", "packed_slice_sums",
+           "reservoir_offer", "route_rows", "unpack_packed"]
 
 _JIT = {"cache": True, "nogil": True, "boundscheck": False}
 # Rows of look-ahead for the prefetches of the C pair loop (measured: 2 is best, 1 and 4 close).
@@ -297,3 +297,44 @@ def em_pass(indptr, indices, data, w, AT, b, const, ST, nk):  # type: ignore[no-
                 j = active[q]
                 ST[h, j] += L[j] * x
     return ll
+
+
+@njit(**_JIT)
+def packed_slice_sums(indptr, indices, data, w, Z, Wt, single_topic, out):  # type: ignore[no-untyped-def]
+    """The data term of every whitened third-order slice, upper triangles packed, one pass.
+
+    For each row i, F_i = Z_i Z_iᵀ (minus Σ_f x_if Wt_f Wt_fᵀ when ``single_topic``), and
+    out[r] += w_i x_ir packed(F_i) for every non-zero x_ir: Xᵀ diag(w) F as
+    :meth:`streammom.estimators.ImplicitMoments.whitened_slices` needs it (Z = X E†ᵀ,
+    Wt = E†ᵀ), the pairs p ≤ q row by row. O(nnz · k(k+1)/2), twice that with the
+    single-topic term, no (n, k²) temporaries; rows in order, so the sums are the same however
+    the rows are cut.
+    """
+    n = indptr.shape[0] - 1
+    k = Z.shape[1]
+    F = np.empty(out.shape[1])
+    for i in range(n):
+        a, b = indptr[i], indptr[i + 1]
+        if a == b:
+            continue
+        t = 0
+        for p in range(k):
+            zp = Z[i, p]
+            for q in range(p, k):
+                F[t] = zp * Z[i, q]
+                t += 1
+        if single_topic:
+            for e in range(a, b):
+                f = indices[e]
+                x = data[e]
+                t = 0
+                for p in range(k):
+                    xp = x * Wt[f, p]
+                    for q in range(p, k):
+                        F[t] -= xp * Wt[f, q]
+                        t += 1
+        for e in range(a, b):
+            r = indices[e]
+            c = w[i] * data[e]
+            for t in range(F.shape[0]):
+                out[r, t] += c * F[t]

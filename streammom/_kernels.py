@@ -18,13 +18,14 @@ if TYPE_CHECKING:
         add_packed_gram,
         add_row_sums,
         em_pass,
+        packed_slice_sums,
         reservoir_offer,
         route_rows,
         unpack_packed,
     )
 
-__all__ = ["EM_CUT", "add_packed_gram", "add_row_sums", "em_pass", "reservoir_offer",
-           "route_rows", "unpack_packed"]
+__all__ = ["EM_CUT", "add_packed_gram", "add_row_sums", "em_pass", "packed_slice_sums",
+           "reservoir_offer", "route_rows", "unpack_packed"]
 
 
 def __getattr__(name: str) -> Any:

@@ -23,6 +23,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from streammom.decompose import top_eigenpairs
+from streammom.held_columns import held_columns, scatter_rows
 
 __all__ = ["NodeEigensolver", "ScratchBuffer", "block_krylov_top", "complete_basis"]
 
@@ -125,28 +126,33 @@ class NodeEigensolver:
     def seed(self, nid: int, salt: int = 0) -> int:
         return int(np.random.default_rng([self.random_state, nid, salt, 7]).integers(2**31))
 
-    def basis_from_m2(self, M2: np.ndarray | spla.LinearOperator, nid: int, d: int
-                      ) -> np.ndarray:
-        """Top-m eigenvectors of M2 (m = ``basis_dim``), padded to an orthonormal m-basis."""
-        m = min(self.basis_dim, d)
-        if isinstance(M2, np.ndarray) and m >= d - 1:
-            _, vecs = top_eigenpairs(M2, m)
-        else:
-            _, vecs = top_eigenpairs(M2, m, random_state=self.seed(nid))
-        return complete_basis(vecs, m, d, self.seed(nid, 1))
-
     def basis_from_rows(
         self, X: sp.csr_array, nid: int, d: int, start: np.ndarray | None = None
     ) -> np.ndarray:
         """Top-m eigenvectors of the M2 estimated from reservoir rows (cheap sparse operator).
 
-        ``start`` (the parent's basis for a new child) warm-starts a few block Krylov steps
-        (at most ``CHILD_BASIS_ITER``); each product costs O(nnz(X)·m). The multinomial
-        family subtracts the diagonal of column sums (the single-topic M2 estimator, thesis
+        The solve runs on the columns the rows hold (:mod:`streammom.held_columns`: M2 is zero
+        elsewhere, so are its eigenvectors of positive eigenvalue); the result is scattered
+        back and padded to an orthonormal m-basis of R^d with a seeded complement. ``start``
+        (the parent's basis for a new child) warm-starts a few block Krylov steps (at most
+        ``CHILD_BASIS_ITER``); each product costs O(nnz(X)·m). The multinomial family
+        subtracts the diagonal of column sums (the single-topic M2 estimator, thesis
         Thm 3.2.1, up to its normaliser, which does not change eigenvectors).
         """
         m = min(self.basis_dim, d)
-        n = X.shape[0]
+        held, cols = held_columns(X)
+        vecs = self._held_top_vectors(held, nid, min(m, cols.size),
+                                      None if start is None else start[cols])
+        return complete_basis(scatter_rows(vecs, cols, d), m, d, self.seed(nid, 1))
+
+    def _held_top_vectors(self, X: sp.csr_array, nid: int, m: int,
+                          start: np.ndarray | None) -> np.ndarray:
+        """Up to m top eigenvectors (columns) of Xᵀ X [− diag(Xᵀ 1)] for rows X whose every
+        column is held: dense ``eigh`` for few columns, an SVD for few rows, else warm block
+        Krylov steps."""
+        n, d = X.shape
+        if m == 0:
+            return np.zeros((d, 0))
         colsum = np.asarray(X.sum(axis=0)).ravel()
         correct = self.family == "multinomial"
         try:
@@ -154,10 +160,11 @@ class NodeEigensolver:
                 G = (X.T @ X).toarray()
                 if correct:
                     G[np.diag_indices_from(G)] -= colsum
-                return self.basis_from_m2(G, nid, d)
+                if m >= d - 1:
+                    return top_eigenpairs(G, m)[1]
+                return top_eigenpairs(G, m, random_state=self.seed(nid))[1]
             if n < SPARSE_BASIS_MIN_ROWS * m:
-                _, _, vt = np.linalg.svd(X.toarray(), full_matrices=False)
-                return complete_basis(vt[:m].T, m, d, self.seed(nid, 1))
+                return np.linalg.svd(X.toarray(), full_matrices=False)[2][:m].T
 
             Xt = X.T  # built once: the solver calls matvec many times
 
@@ -170,11 +177,9 @@ class NodeEigensolver:
 
             # A starting basis only: T is filled from these same rows for any P, and the
             # child's first refit rebases if its top eigenspace is elsewhere (design §3).
-            _, vecs, _ = self.warm_krylov(matvec, d, m, start, nid, CHILD_BASIS_ITER)
-            return complete_basis(vecs[:, :m], m, d, self.seed(nid, 1))
+            return self.warm_krylov(matvec, d, m, start, nid, CHILD_BASIS_ITER)[1][:, :m]
         except (spla.ArpackNoConvergence, spla.ArpackError, np.linalg.LinAlgError):
-            _, _, vt = np.linalg.svd(X.toarray(), full_matrices=False)
-            return complete_basis(vt[:m].T, m, d, self.seed(nid, 1))
+            return np.linalg.svd(X.toarray(), full_matrices=False)[2][:m].T
 
     def warm_krylov(
         self, matmul: Matmul, d: int, p: int, start: np.ndarray | None, nid: int, max_iter: int
@@ -184,6 +189,36 @@ class NodeEigensolver:
         V0 = np.zeros((d, 0)) if start is None else start[:, :p]
         return block_krylov_top(matmul, complete_basis(V0, p, d, self.seed(nid, 3)),
                                 k=min(2, p), tol=EIG_TOL, max_iter=max_iter)
+
+    def rows_top_eigenpairs(
+        self, X: sp.csr_array, w: np.ndarray, shift: np.ndarray | None, scale: float, p: int,
+        start: np.ndarray | None, nid: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-p eigenpairs of (Xᵀ diag(w) X − diag(shift)) / scale, a node's M2 from the
+        weighted rows that hold its C (:mod:`streammom.rowgram`; ``shift`` the column sums
+        for the single-topic estimator, None for raw moments), by :meth:`top_eigenpairs`
+        on the columns the rows hold (:mod:`streammom.held_columns`): O(nnz · p) a product
+        and dense steps in the held columns, not d. The eigenvectors are scattered back to
+        R^d; those of a positive eigenvalue are the full operator's (it is zero, or −shift
+        on its diagonal, elsewhere). Fewer held columns than p: the solve runs in R^d."""
+        d = X.shape[1]
+        held, cols = held_columns(X)
+        if cols.size < p:
+            held, cols = X, np.arange(d)
+        dc = cols.size
+        Xt = held.T  # built once: the solver multiplies many times
+        shift_held = None if shift is None else shift[cols]
+
+        def matmul(B: np.ndarray) -> np.ndarray:
+            B2 = np.asarray(B, dtype=np.float64).reshape(dc, -1)
+            out = Xt @ (w[:, None] * (held @ B2))
+            if shift_held is not None:
+                out -= shift_held[:, None] * B2
+            return (out / scale).reshape(np.shape(B))
+
+        vals, vecs = self.top_eigenpairs(matmul, dc, p, None if start is None else start[cols],
+                                         nid)
+        return vals, vecs if dc == d else scatter_rows(vecs, cols, d)
 
     def top_eigenpairs(
         self, matmul: Matmul, d: int, p: int, start: np.ndarray | None, nid: int

@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from streammom import _kernels
 from streammom._validation import as_csr, as_weights
 from streammom.family import FAMILIES, FAMILY_OPTIONS, Family, FamilyOption, check_family
 
@@ -295,20 +296,35 @@ class ImplicitMoments:
         H_r = [Zᵀ diag(w ∘ X[:, r]) Z − W diag(C[:, r]) Wᵀ − w_r (W C[:, r])ᵀ − (W C[:, r]) w_rᵀ
         + 2 s_r w_r w_rᵀ] / T3, where W diag(C[:, r]) Wᵀ = row r of C·vec(w_h w_hᵀ) and
         C·F = Xᵀ diag(w) (X F).
+        The two data terms are summed in one compiled pass over the rows, upper triangles
+        only (:func:`streammom._kernels.packed_slice_sums`: O(nnz · k(k+1)/2) each, no
+        (n, k²) blocks); the rest is O(d · k²) dense.
         """
         X, w = self.X, self.sample_weight
         k = pinv.shape[0]
         Wt = np.ascontiguousarray(pinv.T)  # (d, k), row h = w_h
-        Z = X @ Wt  # (n, k)
-        A = _xt_weighted(X, w, lambda sl: _rowwise_outer(Z[sl]), k * k)
-        if self.family == "multinomial":
-            Vq = _rowwise_outer(Wt)  # (d, k²)
-            A -= _xt_weighted(X, w, lambda sl: X[sl] @ Vq, k * k)
+        Z = np.ascontiguousarray(X @ Wt)  # (n, k)
+        single_topic = self.family == "multinomial"
+        # Zᵀ diag(w ∘ X[:, r]) Z [− W diag(C[:, r]) Wᵀ] for every r, upper triangles, in one
+        # compiled pass over the rows (O(nnz · k²/2), no (n, k²) blocks).
+        upper = np.zeros((X.shape[1], k * (k + 1) // 2))
+        _kernels.packed_slice_sums(X.indptr, X.indices, X.data, w, Z, Wt, single_topic,
+                                     upper)
+        rows, cols = np.triu_indices(k)
+        A = np.empty((X.shape[1], k, k))
+        A[:, rows, cols] = upper
+        A[:, cols, rows] = upper
+        del upper
+        if single_topic:
             B = X.T @ (w[:, None] * Z)  # (d, k): row r = W C[:, r]
-            cross = Wt[:, :, None] * B[:, None, :]
-            A = A.reshape(-1, k, k) - cross - cross.transpose(0, 2, 1)
-            A += 2.0 * self.col_sums[:, None, None] * (Wt[:, :, None] * Wt[:, None, :])
-        return A.reshape(-1, k, k) / self.n3
+            term = Wt[:, :, None] * B[:, None, :]
+            A -= term
+            A -= term.transpose(0, 2, 1)
+            np.multiply(Wt[:, :, None], Wt[:, None, :], out=term)
+            term *= 2.0 * self.col_sums[:, None, None]
+            A += term
+        A /= self.n3
+        return A
 
     def rows(self, pinv: np.ndarray, rotation: np.ndarray) -> np.ndarray:
         """All rows of M, M[r, j] = (Oᵀ H_r O)_jj, without forming the slices. O(nnz · k).

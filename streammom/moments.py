@@ -312,11 +312,13 @@ class MomentAccumulator:
             self.T = rotate_packed_third(self.T, np.linalg.inv(R))
             self.T[cols] = 0.0
 
-    def _third_increment(self, X: sp.csr_array, w: np.ndarray) -> np.ndarray:
-        """Xᵀ F, F row i = w_i packed(z_i z_iᵀ), z = Pᵀ x_i."""
+    def _add_third_rows(self, T: np.ndarray, X: sp.csr_array, w: np.ndarray) -> None:
+        """T += Xᵀ F, F row i = w_i packed(z_i z_iᵀ), z = Pᵀ x_i: the update's compiled pass
+        (:func:`streammom._kernels.add_row_sums`), its column sums into a scratch vector."""
         assert self.basis is not None
-        Z = np.asarray(X @ self.basis)
-        return np.asarray(X.T @ packed_outer(Z, w))
+        X = with_int32_indices(X)
+        _kernels.add_row_sums(X.indptr, X.indices, X.data, np.ascontiguousarray(w, np.float64),
+                              0, X.shape[0], self.basis, T, np.zeros(self.n_features))
 
     def merge(self, other: MomentAccumulator) -> MomentAccumulator:
         """Add another accumulator's sums (exact; same d, family and basis required)."""
@@ -393,7 +395,7 @@ class MomentAccumulator:
             if X is not None and n:
                 w = (np.asarray(row_weight, dtype=np.float64) if per_row
                      else np.full(n, float(row_weight)))
-                T += self._third_increment(X, w)
+                self._add_third_rows(T, X, w)
             self.T = T
             return
         Q = old.T @ P

@@ -61,10 +61,17 @@ def floor_simplex(counts: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """argmax_μ Σ_h c_h log μ_h subject to μ_h ≥ ε, Σ μ = 1; rows of a 2-D array separately.
 
     With non-negative c this is "floor and renormalise" done exactly: by the KKT conditions
-    μ_h = max(ε, c_h / λ) with λ such that Σ μ = 1 (a water-filling problem solved by sorting).
+    μ_h = max(ε, c_h / λ) with λ such that F(λ) = Σ_h max(ε, c_h / λ) = 1 (water filling).
     It is the multinomial M-step under a floor, so EM with it still increases the
     likelihood monotonically; applied to a probability vector p it keeps p wherever p ≥ ε·(a
     constant close to 1). Rows with Σ c = 0 become uniform.
+
+    λ by the active-set iteration λ_{t+1} = Σ_{h∈S_t} c_h / (1 − ε (d − |S_t|)) with
+    S_t = {h : c_h > ε λ_t}, from λ_0 = Σ c: with S frozen the sum is a lower bound of F that
+    touches it at λ_t, so λ_t ≤ λ_{t+1} ≤ λ* (F decreases) and S shrinks until it stops
+    changing, at λ* exactly. O(d) a round, a few rounds on mixture counts (the zeros are
+    floored from the first); rows still moving after :data:`_FLOOR_ROUNDS` rounds are solved
+    by sorting, O(d log d).
 
     >>> floor_simplex(np.array([3.0, 1.0, 0.0]), 0.1).round(6).tolist()
     [0.675, 0.225, 0.1]
@@ -76,17 +83,40 @@ def floor_simplex(counts: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     d = rows.shape[1]
     if not 0.0 <= eps * d < 1.0:
         raise ValueError(f"eps={eps} is too large for {d} categories")
+    lam = rows.sum(axis=1)
+    active = rows > eps * lam[:, None]
+    moving = np.ones(rows.shape[0], dtype=bool)
+    for _ in range(_FLOOR_ROUNDS):
+        idx = np.flatnonzero(moving)
+        if idx.size == 0:
+            break
+        act = active[idx]
+        lam[idx] = ((rows[idx] * act).sum(axis=1)
+                    / (1.0 - (d - act.sum(axis=1)) * eps))
+        new = rows[idx] > eps * lam[idx, None]
+        moving[idx] = (new != act).any(axis=1)
+        active[idx] = new
+    if moving.any():
+        lam[moving] = _floor_lambda_sorted(rows[moving], eps)
+    out = rows / np.where(lam > 0, lam, np.inf)[:, None]  # all-zero rows: 0, then uniform
+    np.maximum(out, eps, out=out)
+    out /= out.sum(axis=1, keepdims=True)  # exact up to rounding
+    return out.reshape(arr.shape)
+
+
+#: Rounds of :func:`floor_simplex`'s active-set iteration before a row is solved by sorting.
+_FLOOR_ROUNDS = 32
+
+
+def _floor_lambda_sorted(rows: np.ndarray, eps: float) -> np.ndarray:
+    """λ of :func:`floor_simplex` by sorting: the largest m whose top-m active set is
+    consistent (u_m ≥ ε λ_m with λ_m = Σ_{r≤m} u_r / (1 − (d − m) ε), u sorted down)."""
+    d = rows.shape[1]
     u = -np.sort(-rows, axis=1)
     css = np.cumsum(u, axis=1)
     m = np.arange(1, d + 1)
     lam = css / (1.0 - (d - m) * eps)  # λ if exactly the top m entries are above the floor
-    # the top-m active set is consistent iff u_m / λ_m ≥ ε; the largest such m is the solution
     ok = u >= eps * lam
     ok[:, 0] = True
     m_star = d - np.argmax(ok[:, ::-1], axis=1)
-    lam_star = lam[np.arange(rows.shape[0]), m_star - 1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(lam_star[:, None] > 0, rows / lam_star[:, None], 0.0)
-    out = np.maximum(out, eps)
-    out /= out.sum(axis=1, keepdims=True)  # exact up to rounding; also handles all-zero rows
-    return out.reshape(arr.shape)
+    return lam[np.arange(rows.shape[0]), m_star - 1]

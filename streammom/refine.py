@@ -104,6 +104,7 @@ from scipy.optimize import linear_sum_assignment
 
 from streammom.decompose import asvtd
 from streammom.estimators import Family
+from streammom.held_columns import held_columns, scatter_rows
 from streammom.kmeans_restart import is_short_stream, kmeans_restart
 from streammom.mixture import (
     MixtureEMResult,
@@ -115,7 +116,7 @@ from streammom.mixture import (
 )
 from streammom.model import LeafScore, Router, leaf_scores, map_router
 from streammom.pair_resplit import pair_resplit
-from streammom.spectral import valid_parameters
+from streammom.spectral import family_range
 from streammom.split import Split
 from streammom.split_merge import SHORT_STREAM_TRIALS, split_merge
 from streammom.stream_sums import with_stream_sums
@@ -389,16 +390,20 @@ def spectral_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family:
                      max_iter: int, tol: float, random_state: int) -> MixtureEMResult | None:
     """The flat k-component estimate of the weighted rows: ASVTD (thesis ch. 4 Alg. 2), the
     parameters mapped into the family's range, then EM (what :class:`SpectralMixture` fits).
-    None when the rows do not support it: k above the number of columns or rows, or the
-    moments undefined or of rank below k (documents too short for third-order moments)."""
+    None when the rows do not support it: k above the number of rows or of columns they hold,
+    or the moments undefined or of rank below k (documents too short for third-order moments).
+    The decomposition runs on the columns the rows hold (:mod:`streammom.held_columns`: the
+    centres vanish elsewhere), so its cost follows the rows' vocabulary, not d."""
     n, d = rows.shape
-    if k < 2 or k > min(n, d):
+    held, cols = held_columns(rows)  # the moments vanish elsewhere (module held_columns)
+    if k < 2 or k > min(n, cols.size):
         return None
     try:
-        decomposition = asvtd(rows, k, family, row_weight, random_state=random_state)
+        decomposition = asvtd(held, k, family, row_weight, random_state=random_state)
     except (ValueError, np.linalg.LinAlgError):  # rank < k, moments undefined (decompose.py)
         return None
-    means, weights = valid_parameters(decomposition, family)
+    means, weights = family_range(scatter_rows(decomposition.centers, cols, d).T,
+                                  decomposition.weights, family)
     return fit_mixture_em(rows, means, weights, family=family, tol=tol, max_iter=max_iter,
                           sample_weight=row_weight)
 

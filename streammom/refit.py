@@ -554,22 +554,25 @@ class RefitPass:
             # The eigen-solve runs in float32 (half the memory traffic; its tolerance is far
             # above float32 rounding); the single-topic corrections use float64 products.
             multinomial = eng.family_ == "multinomial"
+            s_vec, W, T2 = acc.s, acc.weight, acc.t2
             if isinstance(C, RowGram):
-                c_matmul = c_times = C.matmul
+                c_times = C.matmul
+                vals, vecs = eigen.rows_top_eigenpairs(
+                    *C.rows(), s_vec if multinomial else None, T2 if multinomial else W, p,
+                    acc.basis, v.node_id)
             else:
                 packed = dense(C)
                 c_matmul = SymmetricMatrix(packed, d, buffer=eigen.scratch.get(d),
                                            dtype=np.float32).matmul
                 c_times = SymmetricMatrix(packed, d).matmul if multinomial else None
-            s_vec, W, T2 = acc.s, acc.weight, acc.t2
 
-            def m2_times(B: np.ndarray) -> np.ndarray:
-                B2 = np.asarray(B, dtype=np.float64).reshape(d, -1)
-                out = c_matmul(B2)
-                out = (out - s_vec[:, None] * B2) / T2 if multinomial else out / W
-                return out.reshape(np.shape(B))
+                def m2_times(B: np.ndarray) -> np.ndarray:
+                    B2 = np.asarray(B, dtype=np.float64).reshape(d, -1)
+                    out = c_matmul(B2)
+                    out = (out - s_vec[:, None] * B2) / T2 if multinomial else out / W
+                    return out.reshape(np.shape(B))
 
-            vals, vecs = eigen.top_eigenpairs(m2_times, d, p, acc.basis, v.node_id)
+                vals, vecs = eigen.top_eigenpairs(m2_times, d, p, acc.basis, v.node_id)
             P_new = complete_basis(vecs[:, :m], m, d, eigen.seed(v.node_id, 1))
             rebase = acc.basis is None
             if not rebase and vals[1] > 0:

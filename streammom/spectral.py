@@ -57,7 +57,14 @@ def valid_parameters(
     decomposition: SpectralDecomposition, family: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """(means (k, d), weights (k,)) of a decomposition mapped into the family's valid range."""
-    means = decomposition.means
+    return family_range(decomposition.means, decomposition.weights, family)
+
+
+def family_range(
+    means: np.ndarray, weights: np.ndarray, family: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Raw moment estimates (means (k, d), weights (k,)) mapped into the family's valid range
+    (module docstring, step 2)."""
     d = means.shape[1]
     eps = min(_EPS, 0.5 / d)
     if family == "bernoulli":
@@ -65,7 +72,7 @@ def valid_parameters(
     else:
         means = floor_simplex(project_simplex(means), eps)
     k = means.shape[0]
-    weights = floor_simplex(decomposition.weights, min(_WEIGHT_FLOOR, 0.5 / k))
+    weights = floor_simplex(weights, min(_WEIGHT_FLOOR, 0.5 / k))
     return means, weights
 
 

@@ -188,18 +188,6 @@ def test_implicit_slices_equal_explicit_dense_m3(family: str, weighted: bool) ->
     assert implicit.slice_index == explicit.slice_index
 
 
-def test_implicit_slices_in_chunks_match_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    import streammom.estimators as est
-
-    rng = np.random.default_rng(5)
-    X = sp.csr_array(_count_data(rng, 200, 8))
-    mom = implicit_moments(X, "multinomial")
-    wh = whiten(mom.m2_dense(), 3)
-    one_block = mom.whitened_slices(wh.pinv)
-    monkeypatch.setattr(est, "_CHUNK_FLOATS", 40)  # 4–5 rows per block
-    np.testing.assert_allclose(mom.whitened_slices(wh.pinv), one_block, atol=1e-14)
-
-
 def test_large_d_uses_the_matrix_free_m2() -> None:
     rng = np.random.default_rng(9)
     n, d, k = 400, 450, 3
