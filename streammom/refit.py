@@ -540,7 +540,8 @@ class RefitPass:
         the current top-m and T is rotated and repaired from the reservoir. ``compute_split``
         then receives M2 as a cheap operator with exactly those eigenpairs (so its own
         eigensolve is nearly free). A C held as rows (:mod:`streammom.rowgram`) multiplies
-        through its rows, C V = Xᵀ (w ∘ X V), and a new T is summed from those rows —
+        through its rows, C V = Xᵀ (w ∘ X V), on the columns they hold
+        (:meth:`NodeEigensolver.rows_top_eigenpairs`), and a new T is summed from those rows —
         every event of the node with its weight, so exactly — instead of the reservoir.
         """
         eng, eigen = self.eng, self.eigen
