@@ -25,7 +25,8 @@ import scipy.sparse.linalg as spla
 from streammom.decompose import top_eigenpairs
 from streammom.held_columns import held_columns, scatter_rows
 
-__all__ = ["NodeEigensolver", "ScratchBuffer", "block_krylov_top", "complete_basis"]
+__all__ = ["NodeEigensolver", "ScratchBuffer", "block_krylov_top", "complete_basis",
+           "gram_operator"]
 
 Matmul = Callable[[np.ndarray], np.ndarray]
 
@@ -81,6 +82,24 @@ def block_krylov_top(
         if float(np.max(np.linalg.norm(R, axis=0))) <= tol * scale:
             return theta, V, True
     return theta, V, False
+
+
+def gram_operator(X: sp.csr_array, w: np.ndarray, shift: np.ndarray | None, scale: float
+                  ) -> Matmul:
+    """B ↦ (Xᵀ diag(w) X B − diag(shift) B) / scale for a (d,) or (d, p) B, without forming
+    the d × d matrix: O(nnz(X) · p) a product (Xᵀ built once, for the solver's many calls).
+    ``shift`` None: no diagonal term."""
+    d = X.shape[1]
+    Xt = X.T
+
+    def matmul(B: np.ndarray) -> np.ndarray:
+        B2 = np.asarray(B, dtype=np.float64).reshape(d, -1)
+        out = Xt @ (w[:, None] * (X @ B2))
+        if shift is not None:
+            out -= shift[:, None] * B2
+        return (out / scale).reshape(np.shape(B))
+
+    return matmul
 
 
 def _new_directions(Wd: np.ndarray, V: np.ndarray, floor: float) -> np.ndarray:
@@ -166,15 +185,7 @@ class NodeEigensolver:
             if n < SPARSE_BASIS_MIN_ROWS * m:
                 return np.linalg.svd(X.toarray(), full_matrices=False)[2][:m].T
 
-            Xt = X.T  # built once: the solver calls matvec many times
-
-            def matvec(v: np.ndarray) -> np.ndarray:
-                v2 = np.asarray(v).reshape(d, -1)
-                out = Xt @ (X @ v2)
-                if correct:
-                    out = out - colsum[:, None] * v2
-                return np.asarray(out).reshape(np.shape(v))
-
+            matvec = gram_operator(X, np.ones(n), colsum if correct else None, 1.0)
             # A starting basis only: T is filled from these same rows for any P, and the
             # child's first refit rebases if its top eigenspace is elsewhere (design §3).
             return self.warm_krylov(matvec, d, m, start, nid, CHILD_BASIS_ITER)[1][:, :m]
@@ -206,16 +217,7 @@ class NodeEigensolver:
         if cols.size < p:
             held, cols = X, np.arange(d)
         dc = cols.size
-        Xt = held.T  # built once: the solver multiplies many times
-        shift_held = None if shift is None else shift[cols]
-
-        def matmul(B: np.ndarray) -> np.ndarray:
-            B2 = np.asarray(B, dtype=np.float64).reshape(dc, -1)
-            out = Xt @ (w[:, None] * (held @ B2))
-            if shift_held is not None:
-                out -= shift_held[:, None] * B2
-            return (out / scale).reshape(np.shape(B))
-
+        matmul = gram_operator(held, w, None if shift is None else shift[cols], scale)
         vals, vecs = self.top_eigenpairs(matmul, dc, p, None if start is None else start[cols],
                                          nid)
         return vals, vecs if dc == d else scatter_rows(vecs, cols, d)

@@ -61,6 +61,7 @@ from streammom.projection import floor_simplex
 __all__ = [
     "MixtureEMResult",
     "SumsPrior",
+    "WeightedRows",
     "corrected_log_likelihood",
     "fit_from_partition",
     "fit_mixture_em",
@@ -201,23 +202,25 @@ def corrected_log_likelihood(X: Any, fit: MixtureEMResult, family: Family, *,
     """``fit.log_likelihood`` on the weighted rows ``X`` net of its optimism (module docstring,
     TIC): two passes over the rows at the fit's parameters give Σ_i w_i r_ij and
     Σ_i w_i² r_ij, and p is the features the rows hold (plus the share, Bernoulli).
-    ``fit`` must be a fit to these rows and weights."""
-    return _corrected(_WeightedRows(X, fit.means.shape[1], family, sample_weight), fit)
+    ``fit`` must be a fit to these rows and weights. Several fits on the same rows:
+    :class:`WeightedRows`."""
+    return WeightedRows(X, fit.means.shape[1], family, sample_weight).corrected(fit)
 
 
 def more_likely(new: MixtureEMResult, old: MixtureEMResult, X: Any, family: Family, *,
                 sample_weight: Any = None) -> bool:
     """Whether ``new`` is more likely than ``old`` on the same weighted rows ``X``, each net of
     its optimism (:func:`corrected_log_likelihood`; the rows' share of the work done once)."""
-    rows = _WeightedRows(X, new.means.shape[1], family, sample_weight)
-    return _corrected(rows, new) > _corrected(rows, old)
+    rows = WeightedRows(X, new.means.shape[1], family, sample_weight)
+    return rows.corrected(new) > rows.corrected(old)
 
 
-class _WeightedRows:
-    """What the optimism needs of the rows, whatever the fit: CSR rows, weights, each row's
-    constant, and p, the parameters of a component."""
+class WeightedRows:
+    """Weighted rows on which fits are compared net of their optimism: what the optimism needs
+    of the rows whatever the fit — CSR rows, weights, each row's constant, and p, the
+    parameters of a component — built once for any number of fits."""
 
-    def __init__(self, X: Any, d: int, family: Family, sample_weight: Any) -> None:
+    def __init__(self, X: Any, d: int, family: Family, sample_weight: Any = None) -> None:
         self.X = with_int32_indices(as_csr(X, d))
         self.w = as_weights(sample_weight, self.X.shape[0])
         self.family = family
@@ -225,20 +228,21 @@ class _WeightedRows:
         seen = int(np.count_nonzero(np.bincount(self.X.indices, minlength=d)))
         self.n_params = seen + (1 if family == "bernoulli" else 0)  # the means, and the share
 
-
-def _corrected(rows: _WeightedRows, fit: MixtureEMResult) -> float:
-    A, b = log_linear_params(*prepare_parameters(fit.means, fit.weights, rows.family),
-                             rows.family)
-    AT = np.ascontiguousarray(A.T)
-    Xc = rows.X
-    ST = np.empty((Xc.shape[1], b.shape[0]))  # the kernel's M-step sums, unused here
-    masses = []
-    for weight in (rows.w, rows.w * rows.w):
-        ST.fill(0.0)
-        nk = np.zeros(b.shape[0])
-        _kernels.em_pass(Xc.indptr, Xc.indices, Xc.data, weight, AT, b, rows.const, ST, nk)
-        masses.append(nk)
-    return fit.log_likelihood - log_likelihood_optimism(masses[0], masses[1], rows.n_params)
+    def corrected(self, fit: MixtureEMResult) -> float:
+        """``fit.log_likelihood`` net of its optimism on these rows
+        (:func:`corrected_log_likelihood`)."""
+        A, b = log_linear_params(*prepare_parameters(fit.means, fit.weights, self.family),
+                                 self.family)
+        AT = np.ascontiguousarray(A.T)
+        Xc = self.X
+        ST = np.empty((Xc.shape[1], b.shape[0]))  # the kernel's M-step sums, unused here
+        masses = []
+        for weight in (self.w, self.w * self.w):
+            ST.fill(0.0)
+            nk = np.zeros(b.shape[0])
+            _kernels.em_pass(Xc.indptr, Xc.indices, Xc.data, weight, AT, b, self.const, ST, nk)
+            masses.append(nk)
+        return fit.log_likelihood - log_likelihood_optimism(masses[0], masses[1], self.n_params)
 
 
 def log_likelihood_matrix(X: Any, means: Any, weights: Any, family: Family) -> np.ndarray:

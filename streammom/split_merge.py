@@ -33,7 +33,7 @@ component from where it is redundant to where it is missing:
    of its rows), then EM on all the rows from there; the result is kept only if its weighted
    log-likelihood exceeds the current fit's (same rows, same weights), so the step never
    makes the fit less likely. Gains, losses and that test are net of each fit's optimism
-   (:func:`streammom.mixture.corrected_log_likelihood`, TIC): on weighted rows a split of a
+   (:class:`streammom.mixture.WeightedRows`, TIC): on weighted rows a split of a
    heavy component's rows otherwise gains from their noise, times their weight (BENCHMARKS.md
    "Skewed cluster shares"); the removal losses are the raw likelihood's.
 
@@ -68,7 +68,7 @@ import scipy.sparse as sp
 from streammom.estimators import Family
 from streammom.mixture import (
     MixtureEMResult,
-    corrected_log_likelihood,
+    WeightedRows,
     fit_from_partition,
     fit_mixture_em,
     log_likelihood_matrix,
@@ -94,13 +94,6 @@ def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
     (multinomial) and its log-likelihood (:func:`fit_from_partition` with no EM pass)."""
     return fit_from_partition(rows, row_weight, np.zeros(rows.shape[0], dtype=np.int64), 1,
                               family=family, max_iter=0, tol=0.0)
-
-
-def _corrected(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
-               family: Family) -> float:
-    """``fit``'s weighted log-likelihood on ``rows`` net of its optimism
-    (:func:`streammom.mixture.corrected_log_likelihood`)."""
-    return corrected_log_likelihood(rows, fit, family, sample_weight=row_weight)
 
 
 def removal_losses(joint: np.ndarray, weights: np.ndarray, row_weight: np.ndarray
@@ -157,7 +150,7 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
               family: Family, *, max_iter: int, tol: float, random_state: int,
               anneal: Sequence[float], trials: int) -> MixtureEMResult:
     """One split-and-merge move on ``fit``: the more likely fit, or ``fit`` itself."""
-    k = fit.means.shape[0]
+    k, d = fit.means.shape
     if k < 3:
         return fit
     joint = log_likelihood_matrix(rows, fit.means, fit.weights, family)
@@ -178,9 +171,10 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
             continue
         two = fit_from_partition(sub, sub_weight, side, 2, family=family, max_iter=max_iter,
                                  tol=tol)
-        one = _corrected(sub, sub_weight, _one_component(sub, sub_weight, family), family)
+        on_sub = WeightedRows(sub, d, family, sub_weight)
+        one = on_sub.corrected(_one_component(sub, sub_weight, family))
         first_keeps = sub_weight[side == 0].sum() >= sub_weight[side == 1].sum()
-        splits[c] = (_corrected(sub, sub_weight, two, family) - one, two, bool(first_keeps))
+        splits[c] = (on_sub.corrected(two) - one, two, bool(first_keeps))
     # (gain − loss, a, b, c, merged mean; None: a removal of a = b)
     moves: list[tuple[float, int, int, int, np.ndarray | None]] = []
     for a, b in confused_pairs(resp, row_weight)[:MERGE_CANDIDATES]:
@@ -191,8 +185,8 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         pair = fit_from_partition(sub, sub_weight, (label[members] == b).astype(np.int64), 2,
                                   family=family, max_iter=max_iter, tol=tol)
         one = _one_component(sub, sub_weight, family)
-        loss = (_corrected(sub, sub_weight, pair, family)
-                - _corrected(sub, sub_weight, one, family))
+        on_sub = WeightedRows(sub, d, family, sub_weight)
+        loss = on_sub.corrected(pair) - on_sub.corrected(one)
         moves.extend((gain - loss, a, b, c, one.means[0]) for c, (gain, _, _) in splits.items()
                      if c not in (a, b))
     for e, loss in enumerate(removal_losses(joint, fit.weights, row_weight)):
@@ -200,7 +194,10 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
                      if c != e)
     moves.sort(key=lambda m: (-m[0], m[1], m[2], m[3]))
     tried = moves[:trials] if trials > 0 else [m for m in moves[:1] if m[0] > 0]
-    current = _corrected(rows, row_weight, fit, family) if tried else 0.0
+    if not tried:
+        return fit
+    on_rows = WeightedRows(rows, d, family, row_weight)  # the moves' results compared on it
+    current = on_rows.corrected(fit)
     for _, a, b, c, merged in tried:
         _, two, first_keeps = splits[c]
         keep, move = (0, 1) if first_keeps else (1, 0)
@@ -212,6 +209,6 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         means[b], weights[b] = two.means[move], two.weights[move] * share_c
         out = fit_mixture_em(rows, means, weights, family=family, tol=tol, max_iter=max_iter,
                              sample_weight=row_weight, anneal=anneal)
-        if _corrected(rows, row_weight, out, family) > current:
+        if on_rows.corrected(out) > current:
             return out
     return fit
