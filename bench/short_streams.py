@@ -6,12 +6,12 @@ Issue #15's synthetic code streams (``quality_real._synthetic``: d = 500, 8 late
 ~10 codes an event) of 300, 500, 800 and 1,000 events, seeds 0…5, in the acceptance protocol's
 order 0; ``StreamingHierarchy(500, max_leaves=8)`` at its defaults, batches of 1,000, then
 ``predict``. Each cell is the stream's ARI over the oracle's (MAP under the true parameters).
-Three rows per length: the shipped engine, the same engine without the refinement's annealed
-restart (``streammom.refine.ANNEAL_BETAS`` emptied), and without its k-means start either
-(``streammom.refine.kmeans_restart`` replaced by a function that returns None); both
-labelled: ablations, not settings. A fourth row per length drops the moves on a short
-stream's scores alone (``streammom.refine.is_short_stream`` answering no). One core (thread
-pools pinned before numpy loads).
+Rows per length, the shipped engine and four ablations (labelled: not settings): without the
+refinement's empirical-Bayes shrinkage (``streammom.refine.SHRINK`` off); without the moves
+on a short stream's scores (``streammom.refine.is_short_stream`` answering no); without the
+annealed restart (``streammom.refine.ANNEAL_BETAS`` emptied); and without the k-means start
+either (``streammom.refine.kmeans_restart`` replaced by a function that returns None). One
+core (thread pools pinned before numpy loads).
 """
 
 from __future__ import annotations
@@ -50,24 +50,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=6)
     args = ap.parse_args()
-    shipped, betas, short = refine.kmeans_restart, refine.ANNEAL_BETAS, refine.is_short_stream
     off: Any = lambda *a, **k: None  # noqa: E731
     never: Any = lambda *a, **k: False  # noqa: E731
-    variants = (("shipped", shipped, betas, short),
-                ("no moves on the scores (ablation)", shipped, betas, never),
-                ("no annealed restart (ablation)", shipped, (), short),
-                ("neither, nor the k-means start (ablation)", off, (), short))
+    variants: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("shipped", {}),
+        ("no shrinkage (ablation)", {"SHRINK": False}),
+        ("no moves on the scores (ablation)", {"is_short_stream": never}),
+        ("no annealed restart (ablation)", {"ANNEAL_BETAS": ()}),
+        ("neither, nor the k-means start (ablation)",
+         {"ANNEAL_BETAS": (), "kmeans_restart": off}))
     print(f"command: python {' '.join(sys.argv)}\n")
     print(f"| events | engine | × oracle, seeds 0…{args.seeds - 1} | mean |")
     print("|---:|---|---|---:|")
     for n in LENGTHS:
-        for name, restart, anneal, is_short in variants:
-            refine.kmeans_restart, refine.ANNEAL_BETAS, refine.is_short_stream = (
-                restart, anneal, is_short)
-            shares = [share_of_oracle(n, seed) for seed in range(args.seeds)]
+        for name, changes in variants:
+            saved = {attr: getattr(refine, attr) for attr in changes}
+            for attr, value in changes.items():
+                setattr(refine, attr, value)
+            try:
+                shares = [share_of_oracle(n, seed) for seed in range(args.seeds)]
+            finally:
+                for attr, value in saved.items():
+                    setattr(refine, attr, value)
             print(f"| {n:,} | {name} | {' '.join(f'{x:.2f}' for x in shares)} | "
                   f"{np.mean(shares):.3f} |", flush=True)
-    refine.kmeans_restart, refine.ANNEAL_BETAS, refine.is_short_stream = shipped, betas, short
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
-from streammom import _kernels
+from streammom import _kernels, shrinkage
 from streammom._validation import as_csr, as_weights, with_int32_indices
 from streammom.estimators import Family, check_family, check_family_data
 from streammom.projection import floor_simplex
@@ -308,10 +308,12 @@ def _m_step(
     mu_old: np.ndarray,
     family: str,
     prior: SumsPrior | None = None,
+    shrink: _Shrink | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """M-step from the expected sufficient statistics ST (d, k) = Xᵀ (w ∘ R) and
     nk (k,) = Σ_i w_i r_ij (:func:`streammom._kernels.em_pass`), with ``prior``'s
-    pseudo-counts added (:class:`SumsPrior`)."""
+    pseudo-counts added (:class:`SumsPrior`) and, with ``shrink``, the Bernoulli rates shrunk
+    toward the pooled rates (:mod:`streammom.shrinkage`)."""
     S = ST.T  # (k, d) expected (weighted) sufficient statistics
     if prior is not None:
         lam = prior.share
@@ -323,12 +325,29 @@ def _m_step(
     mu = mu_old.copy()
     full = ~empty
     if family == "bernoulli":
-        mu[full] = np.clip(S[full] / nk[full, None], eps, 1.0 - eps)
+        rates = S[full] / nk[full, None] if shrink is None else shrink.rates(S, nk)[full]
+        mu[full] = np.clip(rates, eps, 1.0 - eps)
     else:
         counts = S[full]
         has_tokens = counts.sum(axis=1) > 0
         mu[np.flatnonzero(full)[has_tokens]] = floor_simplex(counts[has_tokens], eps)
     return mu, nk / total
+
+
+class _Shrink:
+    """The empirical-Bayes shrinkage of a shrunk EM's M-steps (:mod:`streammom.shrinkage`):
+    τ estimated at the M-steps of :data:`~streammom.shrinkage.TAU_STEPS`."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.tau: np.ndarray | None = None
+
+    def rates(self, S: np.ndarray, nk: np.ndarray) -> np.ndarray:
+        m = shrinkage.pooled_rates(S, nk)
+        if self.tau is None or self.steps in shrinkage.TAU_STEPS:
+            self.tau = shrinkage.prior_strengths(S, nk, m)
+        self.steps += 1
+        return shrinkage.shrunk_rates(S, nk, self.tau, m)
 
 
 def fit_mixture_em(
@@ -342,6 +361,7 @@ def fit_mixture_em(
     sample_weight: Any = None,
     anneal: Sequence[float] = (),
     prior: SumsPrior | None = None,
+    shrink: bool = False,
 ) -> MixtureEMResult:
     """EM for a k-component Bernoulli or multinomial mixture from (means_init, weights_init).
 
@@ -350,7 +370,9 @@ def fit_mixture_em(
     never densified. Deterministic. ``anneal``: inverse temperatures in (0, 1], one tempered
     pass each before the EM (module docstring, deterministic annealing); they count in neither
     ``n_iter`` nor ``history``. ``prior``: pseudo-counts added in every M-step
-    (:class:`SumsPrior`; MAP-EM, ``log_likelihood`` is then still the rows' own).
+    (:class:`SumsPrior`; MAP-EM, ``log_likelihood`` is then still the rows' own). ``shrink``
+    (Bernoulli): every M-step shrinks the rates toward the pooled rates by empirical Bayes
+    (:mod:`streammom.shrinkage`; ``log_likelihood`` is again the rows' own).
     """
     check_family(family)
     if tol < 0 or max_iter < 0:
@@ -366,6 +388,9 @@ def fit_mixture_em(
         raise ValueError("the sample weights sum to 0")
     mu, om = prepare_parameters(mu0, weights_init, family)
     const = _row_constant(Xc, family)
+    if shrink and family != "bernoulli":
+        raise ValueError("shrink applies to the Bernoulli family only")
+    shrinker = _Shrink() if shrink else None
 
     Xc = with_int32_indices(Xc)
     ST = np.empty((Xc.shape[1], mu.shape[0]))
@@ -385,7 +410,7 @@ def fit_mixture_em(
 
     for beta in betas:
         e_step(mu, om, float(beta))
-        mu, om = _m_step(ST, nk, mu, family, prior)
+        mu, om = _m_step(ST, nk, mu, family, prior, shrinker)
 
     ll = e_step(mu, om)
     history = [ll]
@@ -393,7 +418,7 @@ def fit_mixture_em(
     n_iter = 0
     while n_iter < max_iter:
         n_iter += 1
-        mu_new, om = _m_step(ST, nk, mu, family, prior)
+        mu_new, om = _m_step(ST, nk, mu, family, prior, shrinker)
         delta = float(np.linalg.norm(mu_new - mu))
         mu = mu_new
         ll = e_step(mu, om)

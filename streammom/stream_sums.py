@@ -101,14 +101,16 @@ def reservoir_shares(leaves: Sequence[Node], weight_scale: float = 1.0) -> np.nd
 
 def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
                      leaves: Sequence[Node], family: Family, *, weight_scale: float = 1.0,
-                     steps: int = STREAM_SUM_STEPS, label: np.ndarray | None = None
-                     ) -> MixtureEMResult:
+                     steps: int = STREAM_SUM_STEPS, label: np.ndarray | None = None,
+                     shrink: bool = False) -> MixtureEMResult:
     """``fit`` (its components on ``leaves``, in order) after ``steps`` MAP-EM steps with the
     leaves' sums (module docstring: :func:`streammom.mixture.fit_mixture_em` with the sums as
     a :class:`~streammom.mixture.SumsPrior`); ``fit`` itself when every λ_l is 1, or when
     ``label`` (each row's leaf under the tree's routers) is given and the fit agrees with it
     on less than :data:`MIN_AGREEMENT` of the rows' weight. ``rows`` and ``row_weight`` are
-    the refinement's (the leaves' reservoirs, stacked in leaf order); the result keeps
+    the refinement's (the leaves' reservoirs, stacked in leaf order); ``shrink``: the steps
+    also shrink the rates toward the pooled ones (:mod:`streammom.shrinkage`, code sets), as
+    the fit's own EM did; the result keeps
     ``fit``'s diagnostics (its EM's log-likelihood on the rows)."""
     share = reservoir_shares(leaves, weight_scale)
     if (share >= 1.0).all() or steps < 1:
@@ -120,5 +122,6 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
                       mass=np.array([v.acc.weight for v in leaves], dtype=float), share=share)
     # tol 0: exactly ``steps`` M-steps, each one compiled E-step walk over the rows
     summed = fit_mixture_em(rows, fit.means, fit.weights, family=family, tol=0.0,
-                            max_iter=steps, sample_weight=row_weight, prior=prior)
+                            max_iter=steps, sample_weight=row_weight, prior=prior,
+                            shrink=shrink)
     return replace(fit, means=summed.means, weights=summed.weights)

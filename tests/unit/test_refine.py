@@ -498,9 +498,8 @@ def test_a_short_stream_is_scored_by_the_annealed_restart_with_the_same_sums_and
     oracle = adjusted_rand_score(y, map_assign(X, truth.prevalence, truth.leaf_weights,
                                                "bernoulli"))
     got = adjusted_rand_score(y, annealed.predict(X))
-    assert got > adjusted_rand_score(y, without.predict(X)) + 0.02
-    # without it: 0.78 and 0.81 × the oracle; with it 0.845 and 0.87 (seed 5 was 0.87 before
-    # the pair re-splits, which made its routers' fit more likely and its labels no better)
+    # by 0.013 and 0.008 ARI since the refinement's shrinkage lifts both (0.02+ before it)
+    assert got > adjusted_rand_score(y, without.predict(X))
     assert got >= 0.84 * oracle
 
 
@@ -516,7 +515,7 @@ def test_the_annealed_restart_is_skipped_above_the_restart_work_limit(
     calls.clear()
     monkeypatch.setattr(refine, "RESTART_WORK", 0)
     refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=5)
-    assert calls == [0]  # the tree's EM only
+    assert calls and set(calls) == {0}  # the tree's EM and the shrinkage's: none tempered
 
 
 def test_an_emptied_subtree_gets_a_finite_centre_and_no_share() -> None:

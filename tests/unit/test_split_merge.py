@@ -96,7 +96,9 @@ def test_the_stream_escapes_a_shared_cluster_on_a_16_leaf_code_stream(
     got = acceptance_ari(X, y, 16)
     monkeypatch.setattr(refine, "split_merge", lambda rows, w, fit, *a, **k: fit)
     without = acceptance_ari(X, y, 16)
-    assert got >= 0.9 * oracle > without, (got, without, oracle)
+    # since the refinement's shrinkage the stream without the moves passes 0.9 × too (0.768
+    # against 0.774 ARI, oracle 0.823): the moves still label better, by less
+    assert got >= 0.9 * oracle and got > without, (got, without, oracle)
 
 
 def test_moves_on_a_short_stream_s_scores_mend_two_clusters_in_one_leaf(
@@ -105,7 +107,7 @@ def test_moves_on_a_short_stream_s_scores_mend_two_clusters_in_one_leaf(
     the refinement's scores held two sibling clusters in one leaf and one cluster across two
     (BENCHMARKS.md "Moves on a short stream's scores"). With the moves on the scores (annealed
     EM after each, the best candidates tried whatever their sign) the stream labels at
-    ≥ 0.9 × the oracle's ARI; without them below."""
+    ≥ 0.9 × the oracle's ARI; without them lower (below 0.9 × before the shrinkage)."""
     import streammom.refine as refine
 
     X, y, _, truth = make_hierarchical_bernoulli(500, 500, 8, codes_per_event=10.0,
@@ -123,7 +125,8 @@ def test_moves_on_a_short_stream_s_scores_mend_two_clusters_in_one_leaf(
     got = stream()
     monkeypatch.setattr(refine, "is_short_stream", lambda *a, **k: False)
     without = stream()
-    assert got >= 0.9 * oracle > without, (got, without, oracle)
+    # without them 0.91 × the oracle since the refinement's shrinkage (0.817 against 0.876 ARI)
+    assert got >= 0.9 * oracle and got > without + 0.03, (got, without, oracle)
 
 
 def test_an_empty_component_s_slot_goes_to_a_leaf_holding_two_clusters(
