@@ -86,6 +86,7 @@ class MixtureEMResult:
 
     ``log_likelihood`` is Σ_i w_i log p(x_i) at the returned parameters; ``history`` holds it
     after every iteration (history[0] at the initial, clamped parameters).
+    ``prior_strengths``: a shrunk fit's τ (``fit_mixture_em(shrink=...)``), None otherwise.
     """
 
     means: np.ndarray
@@ -94,6 +95,9 @@ class MixtureEMResult:
     converged: bool
     log_likelihood: float
     history: tuple[float, ...] = ()
+    #: A shrunk fit's per-code prior strengths τ as last estimated (:mod:`streammom.shrinkage`);
+    #: None for a maximum-likelihood fit.
+    prior_strengths: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -336,17 +340,20 @@ def _m_step(
 
 class _Shrink:
     """The empirical-Bayes shrinkage of a shrunk EM's M-steps (:mod:`streammom.shrinkage`):
-    τ estimated at the M-steps of :data:`~streammom.shrinkage.TAU_STEPS`."""
+    τ estimated at the M-steps of :data:`~streammom.shrinkage.TAU_STEPS`, or given (``tau``:
+    a shrunk fit's, carried on to a few more steps) and then kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, tau: np.ndarray | None = None) -> None:
         self.steps = 0
-        self.tau: np.ndarray | None = None
+        self.tau = tau
+        self.fixed = tau is not None
 
     def rates(self, S: np.ndarray, nk: np.ndarray) -> np.ndarray:
         m = shrinkage.pooled_rates(S, nk)
-        if self.tau is None or self.steps in shrinkage.TAU_STEPS:
+        if not self.fixed and self.steps in shrinkage.TAU_STEPS:
             self.tau = shrinkage.prior_strengths(S, nk, m)
         self.steps += 1
+        assert self.tau is not None
         return shrinkage.shrunk_rates(S, nk, self.tau, m)
 
 
@@ -361,7 +368,7 @@ def fit_mixture_em(
     sample_weight: Any = None,
     anneal: Sequence[float] = (),
     prior: SumsPrior | None = None,
-    shrink: bool = False,
+    shrink: bool | np.ndarray = False,
 ) -> MixtureEMResult:
     """EM for a k-component Bernoulli or multinomial mixture from (means_init, weights_init).
 
@@ -372,7 +379,9 @@ def fit_mixture_em(
     ``n_iter`` nor ``history``. ``prior``: pseudo-counts added in every M-step
     (:class:`SumsPrior`; MAP-EM, ``log_likelihood`` is then still the rows' own). ``shrink``
     (Bernoulli): every M-step shrinks the rates toward the pooled rates by empirical Bayes
-    (:mod:`streammom.shrinkage`; ``log_likelihood`` is again the rows' own).
+    (:mod:`streammom.shrinkage`; ``log_likelihood`` is again the rows' own); an array instead
+    of True is the (d,) prior strengths τ to use throughout, none estimated (a shrunk fit's
+    ``prior_strengths``, for a few more steps of it).
     """
     check_family(family)
     if tol < 0 or max_iter < 0:
@@ -388,9 +397,7 @@ def fit_mixture_em(
         raise ValueError("the sample weights sum to 0")
     mu, om = prepare_parameters(mu0, weights_init, family)
     const = _row_constant(Xc, family)
-    if shrink and family != "bernoulli":
-        raise ValueError("shrink applies to the Bernoulli family only")
-    shrinker = _Shrink() if shrink else None
+    shrinker = _shrinker(shrink, family, mu.shape[1])
 
     Xc = with_int32_indices(Xc)
     ST = np.empty((Xc.shape[1], mu.shape[0]))
@@ -433,4 +440,20 @@ def fit_mixture_em(
         converged=converged,
         log_likelihood=ll,
         history=tuple(history),
+        prior_strengths=None if shrinker is None else shrinker.tau,
     )
+
+
+def _shrinker(shrink: bool | np.ndarray, family: str, d: int) -> _Shrink | None:
+    """The M-steps' shrinkage for ``fit_mixture_em``'s ``shrink`` (validated), or None."""
+    if isinstance(shrink, np.ndarray):
+        tau = np.asarray(shrink, dtype=float)
+        if tau.shape != (d,) or not (np.isfinite(tau).all() and (tau >= 0).all()):
+            raise ValueError(f"prior strengths must be {d} finite numbers ≥ 0")
+    elif not shrink:
+        return None
+    else:
+        tau = None
+    if family != "bernoulli":
+        raise ValueError("shrink applies to the Bernoulli family only")
+    return _Shrink(tau)

@@ -80,8 +80,11 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   search above compares maximum-likelihood fits; this last EM moves the chosen one to the
   posterior means, which on short streams label nearer the oracle than the likelihood's
   optimum (300-event code streams 0.75 → 0.86 × the oracle's ARI; random-tree streams 31 →
-  36 of 40 at ≥ 0.9; BENCHMARKS.md "Shrinkage toward the pooled rates"). ``max_iter``
-  passes under the restarts' bound, :func:`em_passes` above it;
+  39 of 40 at ≥ 0.9; BENCHMARKS.md "Shrinkage toward the pooled rates"); ``max_iter``
+  passes under the restarts' bound, :func:`em_passes` above it. Where no search compares
+  fits (a light refit, or rows above the re-splits' bound ``PAIR_WORK``) the refinement's
+  own EM is the shrunk one: one EM, not two. The leaves' sums' steps below shrink with the
+  fit's own τ;
 * the leaves' sums (:mod:`streammom.stream_sums`): the kept fits take the events outside the
   reservoirs into three more M-steps through the leaves' exact sums, in proportion to the
   share of each leaf's events its reservoir does not hold (nothing changes while the
@@ -259,13 +262,14 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     passes = (light_em_passes(max_iter, rows.shape[0], coverage) if light
               else em_passes(max_iter, rows.shape[0], coverage))
     shrink = family == "bernoulli" and SHRINK
+    work_leaves = min(len(leaves), WORK_LEAVES)  # the bounds' rows × leaves (docstring)
+    searched = not light and rows.shape[0] * work_leaves <= PAIR_WORK  # fits compared below
     fit = fit_mixture_em(rows, mu0, pi0, family=family, tol=tol, max_iter=passes,
-                         sample_weight=row_weight, shrink=light and shrink)
+                         sample_weight=row_weight, shrink=shrink and not searched)
     if light:
         fit = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
                                label=label, shrink=shrink)
         return _refined(nodes, leaves, leaf_ids, family, fit, fit, rows.shape[0], False)
-    work_leaves = min(len(leaves), WORK_LEAVES)  # the bounds' rows × leaves (docstring)
     restarts = rows.shape[0] * work_leaves <= RESTART_WORK  # spectral and annealed
     alt = None if not restarts else spectral_restart(
         rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
@@ -275,7 +279,7 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
         fit = _on_leaves(alt, rows, row_weight, label, family)
         restarted = True
     # code sets only (on text it lowered R8's ARI: pair_resplit), within its work bound
-    if family == "bernoulli" and rows.shape[0] * work_leaves <= PAIR_WORK:
+    if family == "bernoulli" and searched:
         resplit = pair_resplit(rows, row_weight, fit, family, tol=tol,
                                max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state)
         resplit = split_merge(rows, row_weight, resplit, family, tol=tol,
@@ -298,7 +302,7 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                              random_state=random_state, anneal=ANNEAL_BETAS,
                              trials=SHORT_STREAM_TRIALS)  # moves on a short stream's scores
     restarted |= scored is not fit
-    if shrink:  # the routers' and the scores' fits, each to its own optimum
+    if shrink and searched:  # the searched fits, the routers' and the scores', each shrunk
         polish = max_iter if restarts else passes
         shrunk = fit_mixture_em(rows, fit.means, fit.weights, family=family, tol=tol,
                                 max_iter=polish, sample_weight=row_weight, shrink=True)

@@ -109,8 +109,8 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
     ``label`` (each row's leaf under the tree's routers) is given and the fit agrees with it
     on less than :data:`MIN_AGREEMENT` of the rows' weight. ``rows`` and ``row_weight`` are
     the refinement's (the leaves' reservoirs, stacked in leaf order); ``shrink``: the steps
-    also shrink the rates toward the pooled ones (:mod:`streammom.shrinkage`, code sets), as
-    the fit's own EM did; the result keeps
+    also shrink the rates toward the pooled ones (:mod:`streammom.shrinkage`, code sets) with
+    the fit's own prior strengths when it has them; the result keeps
     ``fit``'s diagnostics (its EM's log-likelihood on the rows)."""
     share = reservoir_shares(leaves, weight_scale)
     if (share >= 1.0).all() or steps < 1:
@@ -121,7 +121,8 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
     prior = SumsPrior(sums=np.vstack([v.acc.s for v in leaves]),
                       mass=np.array([v.acc.weight for v in leaves], dtype=float), share=share)
     # tol 0: exactly ``steps`` M-steps, each one compiled E-step walk over the rows
+    tau = fit.prior_strengths  # a shrunk fit's τ carries on (none estimated in 3 steps)
     summed = fit_mixture_em(rows, fit.means, fit.weights, family=family, tol=0.0,
                             max_iter=steps, sample_weight=row_weight, prior=prior,
-                            shrink=shrink)
+                            shrink=tau if shrink and tau is not None else shrink)
     return replace(fit, means=summed.means, weights=summed.weights)

@@ -99,3 +99,24 @@ def test_a_300_event_code_stream_labels_nearer_the_oracle_with_the_shrinkage(
     without = [_stream_share(300, seed) for seed in range(4)]
     assert np.mean(shipped) > np.mean(without) + 0.05, (shipped, without)
     assert np.mean(shipped) >= 0.8, shipped
+
+
+def test_given_prior_strengths_are_kept_and_validated() -> None:
+    """``shrink`` as an array: those τ throughout, none estimated (how the leaves' sums' steps
+    carry a shrunk fit on). τ = 0 is maximum likelihood; a shrunk fit reports its τ."""
+    X, y, _ = _two_clusters(500, seed=2)
+    start = fit_from_partition(X, np.ones(500), y, 2, family="bernoulli", max_iter=0, tol=0.0)
+    ml = fit_mixture_em(X, start.means, start.weights, family="bernoulli", max_iter=20)
+    zero = fit_mixture_em(X, start.means, start.weights, family="bernoulli", max_iter=20,
+                          shrink=np.zeros(60))
+    np.testing.assert_allclose(zero.means, ml.means, rtol=1e-12, atol=1e-15)
+    assert ml.prior_strengths is None and (zero.prior_strengths == 0).all()
+    shrunk = fit_mixture_em(X, start.means, start.weights, family="bernoulli", max_iter=20,
+                            shrink=True)
+    assert shrunk.prior_strengths is not None and shrunk.prior_strengths.shape == (60,)
+    again = fit_mixture_em(X, shrunk.means, shrunk.weights, family="bernoulli", max_iter=1,
+                           shrink=shrunk.prior_strengths)
+    assert np.array_equal(again.prior_strengths, shrunk.prior_strengths)
+    for bad in (np.zeros(59), np.full(60, -1.0), np.full(60, np.nan)):
+        with pytest.raises(ValueError, match="prior strengths"):
+            fit_mixture_em(X, start.means, start.weights, family="bernoulli", shrink=bad)
