@@ -135,7 +135,7 @@ from streammom.stream_sums import with_stream_sums
 from streammom.tree import Node, subtree
 
 __all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "LIGHT_EM_PASSES", "LIGHT_EM_WORK",
-           "PAIR_EM_PASSES", "PAIR_WORK", "WORK_LEAVES", "RefinedRouters", "em_passes",
+           "PAIR_EM_PASSES", "PAIR_WORK", "SHRINK", "WORK_LEAVES", "RefinedRouters", "em_passes",
            "gains_significantly", "light_em_passes", "match_components", "principal_bisection",
            "refine_routers", "spectral_restart", "split_gain", "split_gain_rows",
            "subtree_centre"]
@@ -169,10 +169,10 @@ WORK_LEAVES = 16
 #: (geometric), 3 passes a step. Hotter starts (0.1) merged components on the 500-event code
 #: streams; 12 steps of 5 passes found the same fits (BENCHMARKS.md "Annealed restart").
 #: Empty: no annealed restart.
-#: Whether a full refit's code-set fits end in the empirical-Bayes shrinkage
-#: (:mod:`streammom.shrinkage`; module docstring). False: an ablation, not a setting.
-SHRINK = True
 ANNEAL_BETAS: tuple[float, ...] = tuple(float(b) for b in np.repeat(np.geomspace(0.3, 1.0, 6), 3))
+#: Whether every refit's code-set fits are shrunk by empirical Bayes (:mod:`streammom.shrinkage`;
+#: module docstring). False: an ablation, not a setting.
+SHRINK = True
 
 
 @dataclass(frozen=True)

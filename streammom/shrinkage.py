@@ -58,7 +58,8 @@ _RATE_CLIP = 1e-9
 def pooled_rates(S: np.ndarray, N: np.ndarray) -> np.ndarray:
     """m_h = Σ_j S_jh / Σ_j N_j: the rate of every code over all rows (the EM's expected
     statistics sum over the components to the rows' own weighted sums, so m is the same at
-    every step).
+    every step of a plain EM; with the leaves' sums' pseudo-counts, whose weight in each
+    component depends on its share, it moves a little with the responsibilities).
 
     >>> pooled_rates(np.array([[3.0, 0.0], [1.0, 2.0]]), np.array([4.0, 4.0])).tolist()
     [0.5, 0.25]
