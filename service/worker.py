@@ -462,17 +462,20 @@ class Worker:
         """Whether the last ``rest`` records of a batch, from an aligned block of ``block``
         records on, wait for the refit running in the helper instead of being learned now: the
         input is paused (a block before them paused it), or learning that block would wait inside
-        :meth:`BackgroundRefits.learn` — a block can be longer than a poll (a poll across
-        partitions ends blocks at each one's boundaries), so the pause did not see it coming;
-        then it pauses the input now. Never when they could not all be held
-        (:meth:`_holdable`): a source that goes on returning records while paused then waits
-        inside ``learn``, its memory bounded."""
+        :meth:`BackgroundRefits.learn`; then it pauses the input now. The pause, sized for a
+        poll, does not see that coming when a block is longer than a poll (a poll across
+        partitions ends blocks at each one's boundaries), nor when the catching up on held
+        batches before the block starts the next refit with most of them still held (the
+        young stream's chain of refits; :meth:`BackgroundRefits.make_room` does that catching
+        up first). Never when they could not all be held (:meth:`_holdable`): a source that
+        goes on returning records while paused then waits inside ``learn``, its memory
+        bounded."""
         refits = self._refits
         if refits is None or not self._holdable(rest):
             return False
         if not first and self._paused_since is not None:
             return True
-        refits.poll()  # a refit the helper has finished is collected (as learn would)
+        refits.make_room(block)  # as learn would: collect a finished refit, catch up
         return self._backpressure(refits, need=block)
 
     def _unread(self, records: list[Record]) -> bool:

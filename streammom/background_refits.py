@@ -123,6 +123,7 @@ class BackgroundRefits:
         self._consecutive_failures = 0
         self._held: deque[tuple[Any, np.ndarray | None, Any, bool]] = deque()
         self._pending = False
+        self._room_made = False  # make_room ran since the last learn, poll or drain
         if process is not None:
             process.start()  # it imports the library while the caller starts up
 
@@ -143,14 +144,29 @@ class BackgroundRefits:
         ``max_held_events`` (a caller that reads its input pauses it instead)."""
         return self._pending and self.held_events + n > self.max_held_events
 
+    def make_room(self, n: int) -> bool:
+        """What :meth:`learn` does first for a batch of ``n`` events, done now: collect a
+        finished refit and learn held batches worth up to ``2 n`` (which may start the next
+        refit). True if the batch then fits without waiting (:meth:`would_wait`). The next
+        :meth:`learn` does not do it again, so a caller that holds a batch back when it does
+        not fit (the daemon pauses its input instead) never waits for a refit that this
+        catching up started."""
+        self.poll()
+        self.drain(2 * n)
+        self._room_made = True
+        return not self.would_wait(n)
+
     def learn(self, items: Any, timestamps: Any = None, *, token: Any = None) -> None:
         """Learn a batch (raw events with a vocabulary, else a matrix of rows) now, or hold it
         while batches are held (a refit runs, or the ones it held are being caught up); its
         rows and routing go to ``on_learned(token, X, routing)`` when it is learned. Each call
-        first learns held batches worth up to twice its own size, in order."""
+        first learns held batches worth up to twice its own size, in order (unless
+        :meth:`make_room` just did)."""
         n = _size(items)
-        self.poll()
-        self.drain(2 * n)
+        if not self._room_made:
+            self.poll()
+            self.drain(2 * n)
+        self._room_made = False
         while self.holding and self.held_events + n > self.max_held_events:
             if self._pending:
                 self.learn_waits += 1
@@ -171,6 +187,7 @@ class BackgroundRefits:
         """Collect a finished refit (waiting up to ``timeout``; None: until it ends): its state
         becomes the engine's; True if a refit was collected. The held batches are learned
         into it by :meth:`drain`."""
+        self._room_made = False
         if not self._pending:
             return False
         assert self.process is not None
@@ -192,6 +209,7 @@ class BackgroundRefits:
     def drain(self, max_events: int | None = None) -> None:
         """Learn held batches in order, whole, until about ``max_events`` events (at least one
         batch; None: all), stopping when one of them starts a refit in the helper."""
+        self._room_made = False
         learned = 0
         while self._held and not self._pending and (max_events is None
                                                      or learned < max_events):

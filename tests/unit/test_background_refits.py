@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import io
+import itertools
 import json
 import os
 import struct
@@ -17,7 +18,13 @@ import pytest
 from streammom import StreamingHierarchy, Vocabulary
 from streammom.background_refits import BackgroundRefits
 from streammom.datasets import make_hierarchical_bernoulli
-from streammom.refit_process import PIPE_BYTES, RefitProcess, RefitProcessError, widen_pipe
+from streammom.refit_process import (
+    PIPE_BYTES,
+    RefitProcess,
+    RefitProcessError,
+    RefitResult,
+    widen_pipe,
+)
 from streammom.state_pipe import StatePipeError, read_state, write_state
 
 N_EVENTS, BATCH = 12_000, 400
@@ -199,6 +206,65 @@ def test_held_events_never_pass_the_bound(events: list[list[str]],
         assert off.held_events <= 2 * BATCH
     off.settle()
     assert off.engine.snapshot() == inline_run[0]
+
+
+class _GatedHelper(RefitProcess):
+    """A real helper whose finished refits are collected only once the gate is open: the
+    timing of a slow refit, made deterministic (a waiting collect still waits for it)."""
+
+    gate_open = False
+
+    def collect(self, timeout: float | None = 0.0) -> RefitResult | None:
+        if not self.gate_open and timeout is not None:
+            return None
+        return super().collect(None)
+
+
+def test_make_room_catches_up_first_so_a_refit_it_starts_is_not_waited_for(
+        events: list[list[str]]) -> None:
+    """Held batches [500, 100 × 4] (bound 1,000, a refit every 500 events): catching up before
+    a batch of 700 learns the 500 and starts the next refit with 400 still held, so 700 more
+    do not fit. ``learn`` alone then waits for that refit inside the call; ``make_room`` says
+    so first, and a caller that waits for the refit outside (the daemon: input paused, polling
+    on) and makes room again learns the batch without any wait. Same state either way."""
+
+    def engine() -> StreamingHierarchy:
+        return StreamingHierarchy(vocabulary=Vocabulary(capacity=96), max_leaves=8,
+                                  reservoir_size=256, refit_every=500)
+
+    sizes = [500, 500, 100, 100, 100, 100, 700]
+    bounds = np.cumsum([0, *sizes])
+    batches = [events[a:b] for a, b in itertools.pairwise(bounds)]
+    inline = engine()
+    for batch in batches:
+        inline.learn(batch)
+
+    def run(*, make_room: bool) -> BackgroundRefits:
+        helper = _GatedHelper()
+        assert helper.wait_ready(120.0), "the refit process did not start"
+        off = BackgroundRefits(engine(), helper, max_held_events=1_000)
+        off.learn(batches[0])
+        assert off.pending  # the first refit, in the helper
+        for batch in batches[1:-1]:
+            off.learn(batch)
+        assert off.held_events == 900 and off.pending
+        helper.gate_open = True
+        last = batches[-1]
+        if make_room:
+            assert not off.make_room(len(last))  # the catching up started the next refit
+            assert off.pending and off.held_events == 400
+            off.poll(timeout=None)  # the caller's own wait, outside learn
+            assert off.make_room(len(last))
+        off.learn(last)
+        off.settle()
+        helper.close()
+        return off
+
+    control = run(make_room=False)
+    assert control.learn_waits == 1  # the case: learn waited for the refit it started
+    off = run(make_room=True)
+    assert off.learn_waits == 0 and off.helper_refits == control.helper_refits == 3
+    assert off.engine.snapshot() == control.engine.snapshot() == inline.snapshot()
 
 
 def test_without_a_helper_refits_run_inline(events: list[list[str]],
