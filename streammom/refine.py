@@ -86,14 +86,15 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   own EM is the shrunk one: one EM, not two. The leaves' sums' steps below shrink with the
   fit's own τ;
 * moves by the evidence, on a short stream's shrunk scores (code sets): split-and-merge moves
-  again, each move's EM shrunk, kept when the evidence of its partition (the rows' marginal
-  likelihood with the rates integrated out under the shrinkage's prior) passes the scores'
-  by more than :data:`~streammom.split_merge.EVIDENCE_MARGIN` nats
-  (:mod:`streammom.split_merge`, "By the evidence"). On a few hundred events maximum
+  again, each move's EM shrunk and kept when it raises the evidence of the partition (the
+  rows' marginal likelihood with the rates integrated out under the shrinkage's prior;
+  :mod:`streammom.split_merge`, "By the evidence"), until none does; their end result
+  replaces the scores only when its evidence passes theirs by more than
+  :data:`~streammom.split_merge.EVIDENCE_MARGIN` nats. On a few hundred events maximum
   likelihood is indifferent between the truth's partition and one with two sibling clusters
   in one leaf and a cluster across two; the evidence is not (500-event code streams: 7 of 56
-  below 0.9 × the oracle's ARI → 4; 300-event streams 9 → 13 of 26 at it; BENCHMARKS.md
-  "Moves by the evidence"). The routers keep their fit;
+  below 0.9 × the oracle's ARI → 2; BENCHMARKS.md "Moves by the evidence"). The routers keep
+  their fit;
 * the leaves' sums (:mod:`streammom.stream_sums`): the kept fits take the events outside the
   reservoirs into three more M-steps through the leaves' exact sums, in proportion to the
   share of each leaf's events its reservoir does not hold (nothing changes while the
@@ -139,7 +140,12 @@ from streammom.model import LeafScore, Router, leaf_scores, map_router
 from streammom.pair_resplit import pair_resplit
 from streammom.spectral import family_range
 from streammom.split import Split
-from streammom.split_merge import EVIDENCE_MARGIN, SHORT_STREAM_TRIALS, split_merge
+from streammom.split_merge import (
+    EVIDENCE_MARGIN,
+    SHORT_STREAM_TRIALS,
+    fit_evidence,
+    split_merge,
+)
 from streammom.stream_sums import with_stream_sums
 from streammom.tree import Node, subtree
 
@@ -325,9 +331,10 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     if shrink and searched and EVIDENCE_MOVES and is_short_stream(rows, len(leaves), n_events):
         moved = split_merge(rows, row_weight, scored, family, tol=tol, max_iter=max_iter,
                             random_state=random_state, anneal=ANNEAL_BETAS,
-                            trials=SHORT_STREAM_TRIALS, evidence_margin=EVIDENCE_MARGIN)
-        if moved is not scored:  # the scores' fit only: the routers keep theirs
-            scored, restarted = moved, True
+                            trials=SHORT_STREAM_TRIALS, evidence_margin=0.0)
+        if moved is not scored and (fit_evidence(rows, row_weight, moved)
+                                    > fit_evidence(rows, row_weight, scored) + EVIDENCE_MARGIN):
+            scored, restarted = moved, True  # the scores' fit only: the routers keep theirs
     summed = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
                               label=label, shrink=shrink)
     scored = summed if scored is fit else with_stream_sums(rows, row_weight, scored, leaves,
