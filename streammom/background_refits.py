@@ -164,8 +164,7 @@ class BackgroundRefits:
         :meth:`make_room` just did)."""
         n = _size(items)
         if not self._room_made:
-            self.poll()
-            self.drain(2 * n)
+            self.make_room(n)
         self._room_made = False
         while self.holding and self.held_events + n > self.max_held_events:
             if self._pending:

@@ -93,11 +93,17 @@ def prior_strengths(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> np.ndarray:
     >>> bool(tau[0] < 1.0), bool(tau[1] == TAU_RANGE[1])  # a signature code, a background one
     (True, True)
     """
+    return _type_two(S, N, m)[0]
+
+
+def _type_two(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, float]:
+    """(τ, Σ_h max_τ log p(S_·h | τ)): :func:`prior_strengths`' search, and the sum over the
+    held codes of the marginals it reached (:func:`partition_evidence`'s codes' term)."""
     lo, hi = np.log10(TAU_RANGE)
     tau = np.full(S.shape[1], TAU_RANGE[1])
     held = np.flatnonzero(m > 0)
     if held.size == 0:
-        return tau
+        return tau, 0.0
     mh = np.clip(m[held], _RATE_CLIP, 1.0 - _RATE_CLIP)
     Sh = np.clip(S[:, held], 0.0, N[:, None])  # (k, h); rounding can put a sum past its mass
     decades = np.arange(lo, hi + 0.5)[:, None] * np.ones((1, held.size))
@@ -113,7 +119,7 @@ def prior_strengths(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> np.ndarray:
             best = np.where(better, candidate, best)
             best_value = np.where(better, value, best_value)
     tau[held] = 10.0 ** best
-    return tau
+    return tau, float(best_value.sum())
 
 
 def shrunk_rates(S: np.ndarray, N: np.ndarray, tau: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -145,11 +151,6 @@ def partition_evidence(S: np.ndarray, N: np.ndarray) -> float:
     >>> bool(split > mixed + 5)  # two codes that tell the halves apart, or none
     True
     """
-    m = pooled_rates(S, N)
-    tau = prior_strengths(S, N, m)
-    held = np.flatnonzero(m > 0)
-    mh = np.clip(m[held], _RATE_CLIP, 1.0 - _RATE_CLIP)
-    Sh = np.clip(S[:, held], 0.0, N[:, None])
-    codes = float(_log_marginal(np.log10(tau[held])[None, :], Sh, N, mh)[0].sum())
+    codes = _type_two(S, N, pooled_rates(S, N))[1]
     full = N[N > 0]
     return codes + float((full * np.log(full / full.sum())).sum())
