@@ -10,15 +10,18 @@ from engine_checks import acceptance_ari
 from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy
+from streammom import split_merge as split_merge_module
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.mixture import (
     MixtureEMResult,
+    corrected_log_likelihood,
     fit_from_partition,
     fit_mixture_em,
     log_likelihood_matrix,
     map_assign,
 )
-from streammom.split_merge import EVIDENCE_MARGIN, fit_evidence, split_merge
+from streammom.refine import MOVE_BETAS
+from streammom.split_merge import EVIDENCE_MARGIN, MOVE_TRIALS, fit_evidence, split_merge
 
 
 def _clusters(n_per: int, d: int, k: int, seed: int) -> tuple[sp.csr_array, np.ndarray]:
@@ -230,3 +233,73 @@ def test_an_empty_component_s_slot_goes_to_a_leaf_holding_two_clusters(
         weights.shape, np.inf))  # no removal candidates
     merged = split_merge(X, w, fit, "bernoulli", max_iter=50, tol=1e-6)
     assert merged.log_likelihood < moved.log_likelihood and ari(merged) < 0.95
+
+
+def _wide_phenotypes(n: int, seed: int) -> tuple[sp.csr_array, np.ndarray]:
+    """Eight phenotypes over a wide vocabulary of rare codes (d = 6,300), the shape of
+    ``bench/icd_phenotype_streams.py``: four groups of 1,500 codes, two phenotypes a group;
+    a patient draws Poisson(8 q_j) of every code, q_j = 0.4 background (300 codes) + 0.2 its
+    group's codes + 0.4 its own block of 300, each a Zipf(1) over its codes in random order."""
+    rng = np.random.default_rng(seed)
+    d = 300 + 4 * 1_500
+
+    def zipf(columns: np.ndarray) -> np.ndarray:
+        p = np.zeros(d)
+        columns = rng.permutation(columns)
+        rate = 1.0 / np.arange(1, columns.size + 1)
+        p[columns] = rate / rate.sum()
+        return p
+
+    background = zipf(np.arange(300))
+    q = []
+    for g in range(4):
+        group = 300 + g * 1_500 + np.arange(1_500)
+        shared = zipf(group)
+        q += [0.4 * background + 0.2 * shared + 0.4 * zipf(group[b * 300:(b + 1) * 300])
+              for b in range(2)]
+    y = rng.integers(8, size=n)
+    return sp.csr_array((rng.poisson(8.0 * np.array(q)[y]) > 0).astype(float)), y
+
+
+def test_a_move_the_local_estimates_refuse_is_found_by_the_full_em() -> None:
+    """Wide vocabulary of rare codes: a fit with two phenotypes in one component and a
+    component of stray rows from everywhere. No candidate's local estimate (three components'
+    rows, net of optimism) gains, so the best-candidate moves leave the fit; the candidates
+    tried by the annealed EM on all the rows find a move that raises the likelihood net of
+    its optimism, the partition's evidence and the ARI."""
+    X, y = _wide_phenotypes(1_500, seed=0)
+    w = np.ones(X.shape[0])
+    wrong = y.copy()
+    wrong[wrong == 1] = 0  # phenotypes 0 and 1 in one component
+    wrong[np.random.default_rng(0).random(y.size) < 0.06] = 1  # stray rows in component 1
+    start = fit_from_partition(X, w, wrong, 8, family="bernoulli", max_iter=20, tol=1e-4)
+    assert split_merge(X, w, start, "bernoulli", max_iter=20, tol=1e-4) is start
+    moved = split_merge(X, w, start, "bernoulli", max_iter=20, tol=1e-4, trials=MOVE_TRIALS,
+                        anneal=MOVE_BETAS, evidence_check=True)
+
+    def ari(fit: MixtureEMResult) -> float:
+        return adjusted_rand_score(y, map_assign(X, fit.means, fit.weights, "bernoulli"))
+
+    assert ari(moved) > ari(start) + 0.05, (ari(start), ari(moved))
+    assert (corrected_log_likelihood(X, moved, "bernoulli", sample_weight=w)
+            > corrected_log_likelihood(X, start, "bernoulli", sample_weight=w))
+    assert fit_evidence(X, w, moved) > fit_evidence(X, w, start)
+
+
+def test_the_evidence_check_refuses_a_move_whose_partition_loses_evidence(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The move of the test above, with the evidence of every fit but the start's lowered
+    by 1,000 nats: more likely net of its optimism, but not kept under the check; kept
+    without it."""
+    X, y = _wide_phenotypes(1_500, seed=0)
+    w = np.ones(X.shape[0])
+    wrong = y.copy()
+    wrong[wrong == 1] = 0
+    wrong[np.random.default_rng(0).random(y.size) < 0.06] = 1
+    start = fit_from_partition(X, w, wrong, 8, family="bernoulli", max_iter=20, tol=1e-4)
+    real = split_merge_module.fit_evidence
+    monkeypatch.setattr(split_merge_module, "fit_evidence", lambda rows, weight, fit: (
+        real(rows, weight, fit) - (0.0 if fit is start else 1_000.0)))
+    kwargs = dict(max_iter=20, tol=1e-4, trials=MOVE_TRIALS, anneal=MOVE_BETAS)
+    assert split_merge(X, w, start, "bernoulli", evidence_check=True, **kwargs) is start
+    assert split_merge(X, w, start, "bernoulli", **kwargs) is not start
