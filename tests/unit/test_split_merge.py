@@ -261,18 +261,26 @@ def _wide_phenotypes(n: int, seed: int) -> tuple[sp.csr_array, np.ndarray]:
     return sp.csr_array((rng.poisson(8.0 * np.array(q)[y]) > 0).astype(float)), y
 
 
+def _wide_start() -> tuple[sp.csr_array, np.ndarray, np.ndarray, MixtureEMResult]:
+    """(X, y, unit weights, start): 1,500 rows of :func:`_wide_phenotypes` and EM (20 passes)
+    from a wrong partition — phenotypes 0 and 1 in component 0, 6 % of the rows, from
+    everywhere, in component 1."""
+    X, y = _wide_phenotypes(1_500, seed=0)
+    w = np.ones(X.shape[0])
+    wrong = y.copy()
+    wrong[wrong == 1] = 0
+    wrong[np.random.default_rng(0).random(y.size) < 0.06] = 1
+    return X, y, w, fit_from_partition(X, w, wrong, 8, family="bernoulli", max_iter=20,
+                                       tol=1e-4)
+
+
 def test_a_move_the_local_estimates_refuse_is_found_by_the_full_em() -> None:
     """Wide vocabulary of rare codes: a fit with two phenotypes in one component and a
     component of stray rows from everywhere. No candidate's local estimate (three components'
     rows, net of optimism) gains, so the best-candidate moves leave the fit; the candidates
     tried by the annealed EM on all the rows find a move that raises the likelihood net of
     its optimism, the partition's evidence and the ARI."""
-    X, y = _wide_phenotypes(1_500, seed=0)
-    w = np.ones(X.shape[0])
-    wrong = y.copy()
-    wrong[wrong == 1] = 0  # phenotypes 0 and 1 in one component
-    wrong[np.random.default_rng(0).random(y.size) < 0.06] = 1  # stray rows in component 1
-    start = fit_from_partition(X, w, wrong, 8, family="bernoulli", max_iter=20, tol=1e-4)
+    X, y, w, start = _wide_start()
     assert split_merge(X, w, start, "bernoulli", max_iter=20, tol=1e-4) is start
     moved = split_merge(X, w, start, "bernoulli", max_iter=20, tol=1e-4, trials=MOVE_TRIALS,
                         anneal=MOVE_BETAS, evidence_check=True)
@@ -291,12 +299,7 @@ def test_the_evidence_check_refuses_a_move_whose_partition_loses_evidence(
     """The move of the test above, with the evidence of every fit but the start's lowered
     by 1,000 nats: more likely net of its optimism, but not kept under the check; kept
     without it."""
-    X, y = _wide_phenotypes(1_500, seed=0)
-    w = np.ones(X.shape[0])
-    wrong = y.copy()
-    wrong[wrong == 1] = 0
-    wrong[np.random.default_rng(0).random(y.size) < 0.06] = 1
-    start = fit_from_partition(X, w, wrong, 8, family="bernoulli", max_iter=20, tol=1e-4)
+    X, _, w, start = _wide_start()
     real = split_merge_module.fit_evidence
     monkeypatch.setattr(split_merge_module, "fit_evidence", lambda rows, weight, fit: (
         real(rows, weight, fit) - (0.0 if fit is start else 1_000.0)))
