@@ -150,7 +150,7 @@ from streammom.split import Split
 from streammom.split_merge import (
     EVIDENCE_MARGIN,
     MOVE_TRIALS,
-    fit_evidence,
+    MoveCache,
     split_merge,
 )
 from streammom.stream_sums import with_stream_sums
@@ -306,15 +306,18 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     if alt is not None and _more_likely(alt, fit, rows, row_weight, family):
         fit = _on_leaves(alt, rows, row_weight, label, family)
         restarted = True
+    moves = MoveCache(rows, row_weight)  # the split-and-merge calls' work, shared (exact)
     # code sets only (on text it lowered R8's ARI: pair_resplit), within its work bound
     if family == "bernoulli" and searched:
         resplit = pair_resplit(rows, row_weight, fit, family, tol=tol,
                                max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state)
         resplit = split_merge(rows, row_weight, resplit, family, tol=tol,
-                              max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state)
+                              max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state,
+                              cache=moves)
         resplit = split_merge(rows, row_weight, resplit, family, tol=tol,
                               max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state,
-                              trials=MOVE_TRIALS, anneal=MOVE_BETAS, evidence_check=True)
+                              trials=MOVE_TRIALS, anneal=MOVE_BETAS, evidence_check=True,
+                              cache=moves)
         restarted |= resplit is not fit
         fit = resplit
     scored = fit  # the leaves' scores (labels): also the k-means restart's fit if better
@@ -331,7 +334,7 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     if family == "bernoulli" and is_short_stream(rows, len(leaves), n_events):
         scored = split_merge(rows, row_weight, scored, family, tol=tol, max_iter=max_iter,
                              random_state=random_state, anneal=ANNEAL_BETAS,
-                             trials=MOVE_TRIALS)  # moves on a short stream's scores
+                             trials=MOVE_TRIALS, cache=moves)  # moves on a short stream's scores
     restarted |= scored is not fit
     if shrink and searched:  # the searched fits, the routers' and the scores', each shrunk
         polish = max_iter if restarts else passes
@@ -344,9 +347,9 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     if shrink and searched and EVIDENCE_MOVES and is_short_stream(rows, len(leaves), n_events):
         moved = split_merge(rows, row_weight, scored, family, tol=tol, max_iter=max_iter,
                             random_state=random_state, anneal=ANNEAL_BETAS,
-                            trials=MOVE_TRIALS, evidence_margin=0.0)
-        if moved is not scored and (fit_evidence(rows, row_weight, moved)
-                                    > fit_evidence(rows, row_weight, scored) + EVIDENCE_MARGIN):
+                            trials=MOVE_TRIALS, evidence_margin=0.0, cache=moves)
+        if moved is not scored and (moves.fit_evidence(moved)
+                                    > moves.fit_evidence(scored) + EVIDENCE_MARGIN):
             scored, restarted = moved, True  # the scores' fit only: the routers keep theirs
     summed = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
                               label=label, shrink=shrink)

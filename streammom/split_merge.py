@@ -86,14 +86,19 @@ one move a refit two streams of 40 ended below 0.9 × the oracle's ARI that reac
 (BENCHMARKS.md "Split and merge until no move gains"). Each move costs at most k + 3 small
 two-component fits (a split candidate per component, the merge candidates), the removal losses
 (O(n · k)) and one EM over all the rows, so a refit's moves cost at most :data:`MAX_MOVES`
-times that. Code sets (Bernoulli) only, like the pair re-splits, and within the same work bound
+times that. The calls of one refit share a :class:`MoveCache`: a component whose rows a move
+left where they were, and the next round's first move, which starts where the last round's
+last move stopped, reuse their split and merge candidates and evidence (exactly: same rows,
+same fits). Code sets (Bernoulli) only, like the pair re-splits, and within the same work bound
 (:data:`streammom.refine.PAIR_WORK`). Deterministic: the Lanczos starts are seeded by
 ``random_state`` and the component.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -112,7 +117,7 @@ from streammom.mixture import (
 from streammom.pair_resplit import MIN_PAIR_ROWS, between_direction, confused_pairs
 from streammom.shrinkage import partition_evidence
 
-__all__ = ["EVIDENCE_MARGIN", "MAX_MOVES", "MERGE_CANDIDATES", "MOVE_TRIALS",
+__all__ = ["EVIDENCE_MARGIN", "MAX_MOVES", "MERGE_CANDIDATES", "MOVE_TRIALS", "MoveCache",
            "fit_evidence", "removal_losses", "split_merge"]
 
 #: Merge candidates tried against every split candidate: the most confused pairs.
@@ -129,6 +134,45 @@ MOVE_TRIALS = 3
 #: seeds) the moves that lowered the ARI gained up to 25.5 nats in all, those that raised it
 #: 32–53.
 EVIDENCE_MARGIN = 30.0
+
+
+def _digest(*arrays: np.ndarray) -> bytes:
+    """A 128-bit digest of the arrays' bytes: a cache key for a set of rows (and their sides)."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+        h.update(b"|")
+    return h.digest()
+
+
+@dataclass
+class MoveCache:
+    """What the moves computed on one refit's rows, for the moves after them on the same rows
+    (:func:`split_merge`'s ``cache``): a component's split candidate, a pair's merge loss and a
+    partition's evidence depend only on which rows they hold (and the EM's passes), and a move's
+    EM leaves most components' rows where they were, so the next move — and the next round of
+    moves, which starts where the last one stopped — finds most of them here. Keys are digests
+    of the rows' indices; the values are exactly what recomputing gives, so a refit's result
+    does not depend on the cache. Valid for the ``rows`` and ``row_weight`` it was made for."""
+
+    rows: sp.csr_array
+    row_weight: np.ndarray
+    splits: dict[tuple[int, int, bytes], tuple[float, MixtureEMResult, bool] | None] = field(
+        default_factory=dict)
+    merges: dict[tuple[int, int, int, bytes], tuple[float, np.ndarray] | None] = field(
+        default_factory=dict)
+    evidence: dict[bytes, float] = field(default_factory=dict)
+
+    def fit_evidence(self, fit: MixtureEMResult) -> float:
+        """:func:`fit_evidence` of a Bernoulli ``fit`` on the cache's rows: computed once for
+        each partition of them."""
+        k = fit.means.shape[0]
+        label = map_assign(self.rows, fit.means, fit.weights, "bernoulli")
+        key = _digest(label, np.array([k]))
+        if key not in self.evidence:
+            S, N = partition_sums(self.rows, self.row_weight, label, k)
+            self.evidence[key] = partition_evidence(S, N)
+        return self.evidence[key]
 
 
 def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
@@ -182,8 +226,8 @@ def removal_losses(joint: np.ndarray, weights: np.ndarray, row_weight: np.ndarra
 def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
                 family: Family, *, max_iter: int, tol: float, random_state: int = 0,
                 max_moves: int = MAX_MOVES, anneal: Sequence[float] = (), trials: int = 0,
-                evidence_margin: float | None = None, evidence_check: bool = False
-                ) -> MixtureEMResult:
+                evidence_margin: float | None = None, evidence_check: bool = False,
+                cache: MoveCache | None = None) -> MixtureEMResult:
     """Split-and-merge moves on ``fit`` over the weighted ``rows`` until none gains, at most
     ``max_moves`` (module docstring): the more likely fit, or ``fit`` itself when no move
     gains. ``anneal``: tempered passes before the EM after each move
@@ -195,23 +239,60 @@ def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult
     docstring, "By the evidence"); None: by the likelihood net of its optimism.
     ``evidence_check`` (code sets; with ``evidence_margin`` None): a move is kept only when its
     result is also the partition of higher evidence (module docstring, "Trials by the full
-    EM")."""
+    EM"). ``cache``: a :class:`MoveCache` made for these ``rows`` and ``row_weight``, shared
+    by the calls of one refit (None: one of this call's own); the result is the same."""
     if evidence_margin is not None and not evidence_margin >= 0:
         raise ValueError(f"evidence_margin must be >= 0, got {evidence_margin}")
+    if cache is None:
+        cache = MoveCache(rows, row_weight)
+    elif cache.rows is not rows or cache.row_weight is not row_weight:
+        raise ValueError("the move cache was made for other rows")
     for _ in range(max_moves):
         moved = _one_move(rows, row_weight, fit, family, max_iter=max_iter, tol=tol,
                           random_state=random_state, anneal=anneal, trials=trials,
-                          evidence_margin=evidence_margin, evidence_check=evidence_check)
+                          evidence_margin=evidence_margin, evidence_check=evidence_check,
+                          cache=cache)
         if moved is fit:
             break
         fit = moved
     return fit
 
 
+def _split_candidate(sub: sp.csr_array, sub_weight: np.ndarray, family: Family, d: int, *,
+                     max_iter: int, tol: float, seed: int
+                     ) -> tuple[float, MixtureEMResult, bool] | None:
+    """A component's split candidate on its rows ``sub`` (module docstring, 2.): (gain net of
+    optimism, the two-component fit, whether its first component holds more of the weight),
+    or None when the rows' between-component direction does not split them."""
+    projection = between_direction(sub, sub_weight, family, random_state=seed)
+    if projection is None:
+        return None
+    side = (projection > 0).astype(np.int64)
+    if side.min() == side.max():
+        return None
+    two = fit_from_partition(sub, sub_weight, side, 2, family=family, max_iter=max_iter, tol=tol)
+    on_sub = WeightedRows(sub, d, family, sub_weight)
+    one = on_sub.corrected(_one_component(sub, sub_weight, family))
+    first_keeps = sub_weight[side == 0].sum() >= sub_weight[side == 1].sum()
+    return on_sub.corrected(two) - one, two, bool(first_keeps)
+
+
+def _merge_candidate(sub: sp.csr_array, sub_weight: np.ndarray, side: np.ndarray,
+                     family: Family, d: int, *, max_iter: int, tol: float
+                     ) -> tuple[float, np.ndarray]:
+    """A pair's merge candidate on its rows ``sub`` (module docstring, 1.): (loss net of
+    optimism, the merged component's mean), from EM on the pair's partition ``side``."""
+    pair = fit_from_partition(sub, sub_weight, side, 2, family=family, max_iter=max_iter,
+                              tol=tol)
+    one = _one_component(sub, sub_weight, family)
+    on_sub = WeightedRows(sub, d, family, sub_weight)
+    return on_sub.corrected(pair) - on_sub.corrected(one), one.means[0]
+
+
 def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
               family: Family, *, max_iter: int, tol: float, random_state: int,
-              anneal: Sequence[float], trials: int, evidence_margin: float | None = None,
-              evidence_check: bool = False) -> MixtureEMResult:
+              anneal: Sequence[float], trials: int, evidence_margin: float | None,
+              evidence_check: bool, cache: MoveCache) -> MixtureEMResult:
     """One split-and-merge move on ``fit``: the more likely fit, or ``fit`` itself."""
     k, d = fit.means.shape
     if k < 3:
@@ -224,33 +305,26 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         members = np.flatnonzero(label == c)
         if members.size < MIN_PAIR_ROWS:
             continue
-        sub, sub_weight = rows[members], row_weight[members]
-        projection = between_direction(sub, sub_weight, family,
-                                       random_state=random_state * 7919 + c)
-        if projection is None:
-            continue
-        side = (projection > 0).astype(np.int64)
-        if side.min() == side.max():
-            continue
-        two = fit_from_partition(sub, sub_weight, side, 2, family=family, max_iter=max_iter,
-                                 tol=tol)
-        on_sub = WeightedRows(sub, d, family, sub_weight)
-        one = on_sub.corrected(_one_component(sub, sub_weight, family))
-        first_keeps = sub_weight[side == 0].sum() >= sub_weight[side == 1].sum()
-        splits[c] = (on_sub.corrected(two) - one, two, bool(first_keeps))
+        key = (c, max_iter, _digest(members, np.array([tol, random_state])))
+        if key not in cache.splits:
+            cache.splits[key] = _split_candidate(
+                rows[members], row_weight[members], family, d, max_iter=max_iter, tol=tol,
+                seed=random_state * 7919 + c)
+        if (split := cache.splits[key]) is not None:
+            splits[c] = split
     # (gain − loss, a, b, c, merged mean; None: a removal of a = b)
     moves: list[tuple[float, int, int, int, np.ndarray | None]] = []
     for a, b in confused_pairs(resp, row_weight)[:MERGE_CANDIDATES]:
         members = np.flatnonzero((label == a) | (label == b))
         if members.size < MIN_PAIR_ROWS:
             continue
-        sub, sub_weight = rows[members], row_weight[members]
-        pair = fit_from_partition(sub, sub_weight, (label[members] == b).astype(np.int64), 2,
-                                  family=family, max_iter=max_iter, tol=tol)
-        one = _one_component(sub, sub_weight, family)
-        on_sub = WeightedRows(sub, d, family, sub_weight)
-        loss = on_sub.corrected(pair) - on_sub.corrected(one)
-        moves.extend((gain - loss, a, b, c, one.means[0]) for c, (gain, _, _) in splits.items()
+        side = (label[members] == b).astype(np.int64)
+        pair_key = (a, b, max_iter, _digest(members, side, np.array([tol])))
+        if pair_key not in cache.merges:
+            cache.merges[pair_key] = _merge_candidate(rows[members], row_weight[members], side,
+                                                      family, d, max_iter=max_iter, tol=tol)
+        loss, merged_mean = cache.merges[pair_key]
+        moves.extend((gain - loss, a, b, c, merged_mean) for c, (gain, _, _) in splits.items()
                      if c not in (a, b))
     for e, loss in enumerate(removal_losses(joint, fit.weights, row_weight)):
         moves.extend((gain - loss, e, e, c, None) for c, (gain, _, _) in splits.items()
@@ -263,11 +337,10 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
     by_evidence = evidence_margin is not None
 
     def value(f: MixtureEMResult) -> float:
-        return fit_evidence(rows, row_weight, f) if by_evidence else on_rows.corrected(f)
+        return cache.fit_evidence(f) if by_evidence else on_rows.corrected(f)
 
     margin = evidence_margin if evidence_margin is not None else 0.0
     current = value(fit)
-    evidence = fit_evidence(rows, row_weight, fit) if evidence_check else 0.0
     for _, a, b, c, merged in tried:
         _, two, first_keeps = splits[c]
         keep, move = (0, 1) if first_keeps else (1, 0)
@@ -280,6 +353,6 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         out = fit_mixture_em(rows, means, weights, family=family, tol=tol, max_iter=max_iter,
                              sample_weight=row_weight, anneal=anneal, shrink=by_evidence)
         if value(out) > current + margin and (
-                not evidence_check or fit_evidence(rows, row_weight, out) > evidence):
+                not evidence_check or cache.fit_evidence(out) > cache.fit_evidence(fit)):
             return out
     return fit

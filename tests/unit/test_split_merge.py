@@ -10,7 +10,6 @@ from engine_checks import acceptance_ari
 from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy
-from streammom import split_merge as split_merge_module
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.mixture import (
     MixtureEMResult,
@@ -21,7 +20,13 @@ from streammom.mixture import (
     map_assign,
 )
 from streammom.refine import MOVE_BETAS
-from streammom.split_merge import EVIDENCE_MARGIN, MOVE_TRIALS, fit_evidence, split_merge
+from streammom.split_merge import (
+    EVIDENCE_MARGIN,
+    MOVE_TRIALS,
+    MoveCache,
+    fit_evidence,
+    split_merge,
+)
 
 
 def _clusters(n_per: int, d: int, k: int, seed: int) -> tuple[sp.csr_array, np.ndarray]:
@@ -81,6 +86,38 @@ def test_the_move_is_deterministic() -> None:
     a = split_merge(X, w, fit, "bernoulli", max_iter=30, tol=1e-6, random_state=3)
     b = split_merge(X, w, fit, "bernoulli", max_iter=30, tol=1e-6, random_state=3)
     assert np.array_equal(a.means, b.means) and np.array_equal(a.weights, b.weights)
+
+
+def test_a_shared_move_cache_changes_no_result_and_saves_the_repeated_work() -> None:
+    """Calls sharing one :class:`MoveCache` (a refit's rounds of moves) return exactly what
+    calls of their own return: two structure errors mended over several moves, then a round
+    of trials on the result, whose candidates the last move already computed — that round
+    adds no split candidate to the cache. A cache made for other rows is refused."""
+    X, y = _clusters(150, 72, 6, seed=2)
+    w = np.ones(X.shape[0])
+    half = np.arange(y.size) % 2
+    wrong = np.select([y == 0, y == 1, y <= 3], [half, 2 + half, 4], 5)
+    fit = fit_from_partition(X, w, wrong, 6, family="bernoulli", max_iter=100, tol=1e-6)
+    cache = MoveCache(X, w)
+    alone = split_merge(X, w, fit, "bernoulli", max_iter=50, tol=1e-6)
+    shared = split_merge(X, w, fit, "bernoulli", max_iter=50, tol=1e-6, cache=cache)
+    assert shared is not fit
+    assert np.array_equal(alone.means, shared.means)
+    assert np.array_equal(alone.weights, shared.weights)
+    computed = len(cache.splits)
+    assert computed > 6  # the candidates of more than one move
+
+    def trials(c: MoveCache | None) -> MixtureEMResult:
+        return split_merge(X, w, shared, "bernoulli", max_iter=50, tol=1e-6, trials=3,
+                           anneal=MOVE_BETAS, evidence_check=True, cache=c)
+
+    again = trials(cache)
+    assert len(cache.splits) == computed
+    fresh = trials(None)
+    assert np.array_equal(again.means, fresh.means) and again is shared and fresh is shared
+    assert cache.fit_evidence(shared) == fit_evidence(X, w, shared)
+    with pytest.raises(ValueError, match="other rows"):
+        split_merge(X[:600], w[:600], fit, "bernoulli", max_iter=50, tol=1e-6, cache=cache)
 
 
 def test_the_stream_escapes_a_shared_cluster_on_a_16_leaf_code_stream(
@@ -300,9 +337,9 @@ def test_the_evidence_check_refuses_a_move_whose_partition_loses_evidence(
     by 1,000 nats: more likely net of its optimism, but not kept under the check; kept
     without it."""
     X, _, w, start = _wide_start()
-    real = split_merge_module.fit_evidence
-    monkeypatch.setattr(split_merge_module, "fit_evidence", lambda rows, weight, fit: (
-        real(rows, weight, fit) - (0.0 if fit is start else 1_000.0)))
+    real = MoveCache.fit_evidence
+    monkeypatch.setattr(MoveCache, "fit_evidence", lambda cache, fit: (
+        real(cache, fit) - (0.0 if fit is start else 1_000.0)))
     kwargs = dict(max_iter=20, tol=1e-4, trials=MOVE_TRIALS, anneal=MOVE_BETAS)
     assert split_merge(X, w, start, "bernoulli", evidence_check=True, **kwargs) is start
     assert split_merge(X, w, start, "bernoulli", **kwargs) is not start
