@@ -145,7 +145,7 @@ def _digest(*arrays: np.ndarray) -> bytes:
     return h.digest()
 
 
-@dataclass
+@dataclass(eq=False)
 class MoveCache:
     """What the moves computed on one refit's rows, for the moves after them on the same rows
     (:func:`split_merge`'s ``cache``): a component's split candidate, a pair's merge loss and a
