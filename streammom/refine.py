@@ -39,12 +39,13 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   along its rows' between-component direction, kept when EM from there is more likely; the
   moves repeat until none gains. Then a second round: the
   :data:`~streammom.split_merge.MOVE_TRIALS` best candidates each tried by an annealed EM on
-  all the rows whatever their local gain, a move kept when it is both more likely net of its
-  optimism and the partition of higher evidence (``evidence_check``). On code sets over a
-  wide vocabulary of rare codes the local estimate of a needed split is below zero
-  (2,000-event ICD-10-CM phenotype streams, d ≈ 9,000, 8 leaves: 0.76–0.90 × the oracle's
-  ARI with the first round alone, 0.89–0.93 with both; BENCHMARKS.md "Moves tried by the
-  full EM");
+  all the rows whatever their local gain, a move kept when its partition's evidence passes
+  the current one's by more than :data:`~streammom.split_merge.CHECK_MARGIN` nats
+  (``evidence_check``). On code sets over a wide vocabulary of rare codes the local estimate
+  of a needed split is below zero, and so is the whole move's likelihood net of its optimism
+  (ICD-10-CM phenotype streams, d ≈ 4,600–10,000: 0.76–0.90 × the oracle's ARI with the first
+  round alone, 0.90–0.98 with both; BENCHMARKS.md "Moves tried by the full EM" and "The moves
+  tried by the full EM kept by the evidence");
 * k-means start: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS` and
   at least half the events learned (a short stream, whose reservoirs hold nearly all of it),
   one more start: k-means on the rows' spectral embedding, then the same EM
