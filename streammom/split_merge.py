@@ -106,7 +106,7 @@ same fits). Code sets (Bernoulli) only, like the pair re-splits, and within the 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -175,7 +175,7 @@ class MoveCache:
     row_weight: np.ndarray
     splits: dict[tuple[int, int, bytes], tuple[float, MixtureEMResult, bool] | None] = field(
         default_factory=dict)
-    merges: dict[tuple[int, int, int, bytes], tuple[float, np.ndarray] | None] = field(
+    merges: dict[tuple[int, int, int, bytes], tuple[float, np.ndarray]] = field(
         default_factory=dict)
     evidence: dict[bytes, float] = field(default_factory=dict)
 
@@ -203,9 +203,7 @@ def fit_evidence(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResul
     """The evidence of a Bernoulli fit's partition of the weighted ``rows``: each row at its
     MAP component, then :func:`streammom.shrinkage.partition_evidence` of the components'
     weighted statistics."""
-    label = map_assign(rows, fit.means, fit.weights, "bernoulli")
-    S, N = partition_sums(rows, row_weight, label, fit.means.shape[0])
-    return partition_evidence(S, N)
+    return MoveCache(rows, row_weight).fit_evidence(fit)
 
 
 def removal_losses(joint: np.ndarray, weights: np.ndarray, row_weight: np.ndarray
@@ -350,14 +348,16 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
     tried = moves[:trials] if trials > 0 else [m for m in moves[:1] if m[0] > 0]
     if not tried:
         return fit
-    on_rows = WeightedRows(rows, d, family, row_weight)  # the moves' results compared on it
     by_evidence = evidence_margin is not None
-
-    def value(f: MixtureEMResult) -> float:
-        return cache.fit_evidence(f) if by_evidence else on_rows.corrected(f)
-
-    margin = evidence_margin if evidence_margin is not None else 0.0
-    current = 0.0 if evidence_check else value(fit)
+    # A move's result is kept when its value passes the bar: its partition's evidence past a
+    # margin (the check, or moves by the evidence), else its likelihood net of its optimism.
+    value: Callable[[MixtureEMResult], float]
+    if evidence_check or evidence_margin is not None:
+        value = cache.fit_evidence
+        bar = value(fit) + (CHECK_MARGIN if evidence_check else float(evidence_margin or 0.0))
+    else:
+        value = WeightedRows(rows, d, family, row_weight).corrected
+        bar = value(fit)
     for _, a, b, c, merged in tried:
         _, two, first_keeps = splits[c]
         keep, move = (0, 1) if first_keeps else (1, 0)
@@ -369,9 +369,6 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         means[b], weights[b] = two.means[move], two.weights[move] * share_c
         out = fit_mixture_em(rows, means, weights, family=family, tol=tol, max_iter=max_iter,
                              sample_weight=row_weight, anneal=anneal, shrink=by_evidence)
-        if evidence_check:  # the partition's evidence alone, past its noise
-            if cache.fit_evidence(out) > cache.fit_evidence(fit) + CHECK_MARGIN:
-                return out
-        elif value(out) > current + margin:
+        if value(out) > bar:
             return out
     return fit
