@@ -17,9 +17,9 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
 * spectral restart: the tree's partition is one local optimum, fixed by the order the stream
   arrived in (which clusters the first refits split off). The same rows also get the flat
   estimate of :class:`streammom.spectral.SpectralMixture` — ASVTD of the k-component mixture
-  (thesis ch. 4 Alg. 2) on the weighted rows, then the same EM — and the fit with the larger
-  weighted log-likelihood Σ_i w_i log p(x_i) is kept (the same k, rows and weights, so the
-  two are comparable). The restart's components are put on the leaves by the assignment
+  (thesis ch. 4 Alg. 2) on the weighted rows, then the same EM — and the better of the two
+  fits is kept (the same k, rows and weights, so the two are comparable; "better" is the last
+  bullet's). The restart's components are put on the leaves by the assignment
   that keeps the most row weight where it is (Hungarian method on the k × k overlap of the
   leaves' rows and the components' MAP rows), so the tree's structure stays and routing
   follows the better mixture. Its cost, one ASVTD and one more EM, is O(nnz · k) per pass, so
@@ -33,7 +33,7 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
 * pair re-splits (:mod:`streammom.pair_resplit`), for code sets (Bernoulli): the most
   confused pairs of components of the routers' fit are fitted again, two at a time, from the
   top eigenvector of their rows' between-component covariance; the fit is kept only when EM
-  from there is more likely;
+  from there is the better fit;
 * split-and-merge moves (:mod:`streammom.split_merge`), under the same bound: where two
   components share one cluster and a third holds two, the pair is merged and the third split
   along its rows' between-component direction, kept when EM from there is more likely; the
@@ -49,16 +49,16 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
 * k-means start: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS` and
   at least half the events learned (a short stream, whose reservoirs hold nearly all of it),
   one more start: k-means on the rows' spectral embedding, then the same EM
-  (:mod:`streammom.kmeans_restart`). When its weighted log-likelihood is the larger, its
+  (:mod:`streammom.kmeans_restart`). When it is the better fit, its
   components (put on the leaves as above) become the leaves' scores, which label the events;
   the routers below keep following the tree's or the spectral fit, so the sums and the tree's
   growth do not depend on it (steering the young trees of long streams with it moved their
   final ARI either way, BENCHMARKS.md "Short streams");
-* annealed restart: under the spectral restart's bound (``RESTART_WORK``), the most likely of
+* annealed restart: under the spectral restart's bound (``RESTART_WORK``), the best of
   those fits starts one more EM whose first passes are tempered
   (:data:`ANNEAL_BETAS`, deterministic annealing, Ueda & Nakano 1998; see
   :mod:`streammom.mixture`): the flattened posteriors let its components leave the local
-  optimum the start put them in. When it ends more likely, it becomes the leaves' scores as
+  optimum the start put them in. When it ends the better fit, it becomes the leaves' scores as
   the k-means start does (the routers stay). On the synthetic code streams of 500 events it
   finds a higher likelihood on every seed tried (BENCHMARKS.md "Annealed restart");
 * moves on a short stream's scores: under the k-means start's condition
@@ -68,19 +68,23 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   of their local gain (:mod:`streammom.split_merge`); kept when more likely, as the leaves'
   scores. On the 500-event code streams it mends a stream whose scores held two clusters in
   one leaf (BENCHMARKS.md "Moves on a short stream's scores");
-* for code sets, every comparison above — a restart's fit against the one it would replace
-  (:func:`_more_likely`), a re-split pair, a move's candidates and its result — is made by
-  :func:`~streammom.mixture.corrected_log_likelihood` (:func:`~streammom.mixture.more_likely`):
-  the rows' weighted log-likelihood net of the fit's optimism (TIC,
-  :func:`streammom.mixture.log_likelihood_optimism`). A heavy leaf's rows stand for several
-  events each, and a fit that spends components on them gains likelihood from their noise as
-  many times over: on code streams with Dirichlet(0.7) leaf
-  shares the annealed restart's fit was 700 nats more likely on the rows and 2,200 less on the
-  stream, and labelled at half the oracle's ARI (BENCHMARKS.md "Skewed cluster shares").
-  With equal weights the correction is the same for every fit of k components. Code sets
-  only: on token counts (a vocabulary of tens of thousands of rare terms, whose optimism
-  TIC's one unit a parameter overstates) 20 Newsgroups at 55,202 terms fell from 0.203 to
-  0.152; the counts' restarts keep the raw comparison;
+* for code sets, a restart's fit replaces the one it would (:func:`_better`), and a re-split
+  pair the pair it would (:mod:`streammom.pair_resplit`), when its partition is the more
+  evident (:mod:`streammom.evidence`: the rows' marginal likelihood with the rates integrated
+  out under the shrinkage's prior). The likelihood, even net of its optimism (TIC), prefers
+  fits that cut a heavy cluster in two and merge two light ones: both have k components, so
+  TIC charges them alike, while the evidence charges a component's rates about
+  (p/2) log N_j. On code streams with Dirichlet(0.7) leaf shares the spectral restart and the
+  re-splits judged by the likelihood took a 50,000-event stream from 0.98 to 0.71 × the
+  oracle's ARI by its fifth thousand events (0.80 at its end); judged by the evidence it
+  stays at 0.98 (BENCHMARKS.md "Fits compared by the evidence of their partition"). The
+  first round of moves still ranks and keeps its candidates by the likelihood net of its
+  optimism (:func:`~streammom.mixture.more_likely`; :mod:`streammom.split_merge`): on
+  weighted rows a heavy leaf's rows stand for several events each, and a fit that spends
+  components on them gains likelihood from their noise as many times over (BENCHMARKS.md
+  "Skewed cluster shares"). Token counts keep the raw likelihood: TIC's one unit a parameter
+  overstates the optimism of a vocabulary of tens of thousands of rare terms (20 Newsgroups
+  at 55,202 terms: 0.203 → 0.152), and the shrinkage's prior is for code sets;
 * empirical-Bayes shrinkage, for code sets (:mod:`streammom.shrinkage`): the kept fits —
   the routers' and the scores' — each run one more EM whose M-steps shrink every code's rate
   toward its pooled rate by a strength τ_h estimated per code from the data (type-II maximum
@@ -141,7 +145,6 @@ from streammom.mixture import (
     fit_mixture_em,
     log_likelihood_matrix,
     map_assign,
-    more_likely,
     partition_sums,
 )
 from streammom.model import LeafScore, Router, leaf_scores, map_router
@@ -304,10 +307,10 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
         rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
         random_state=random_state)
     restarted = False
-    if alt is not None and _more_likely(alt, fit, rows, row_weight, family):
+    moves = MoveCache(rows, row_weight)  # evidences and the moves' work, shared (exact)
+    if alt is not None and _better(alt, fit, family, moves):
         fit = _on_leaves(alt, rows, row_weight, label, family)
         restarted = True
-    moves = MoveCache(rows, row_weight)  # the split-and-merge calls' work, shared (exact)
     # code sets only (on text it lowered R8's ARI: pair_resplit), within its work bound
     if family == "bernoulli" and searched:
         resplit = pair_resplit(rows, row_weight, fit, family, tol=tol,
@@ -324,13 +327,13 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     scored = fit  # the leaves' scores (labels): also the k-means restart's fit if better
     km = kmeans_restart(rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
                         random_state=random_state, n_events=n_events)  # None: a long stream
-    if km is not None and _more_likely(km, fit, rows, row_weight, family):
+    if km is not None and _better(km, fit, family, moves):
         scored = _on_leaves(km, rows, row_weight, label, family)
     if ANNEAL_BETAS and restarts:  # annealed, from the best fit so far
         annealed = fit_mixture_em(rows, scored.means, scored.weights, family=family, tol=tol,
                                   max_iter=max_iter, sample_weight=row_weight,
                                   anneal=ANNEAL_BETAS)
-        if _more_likely(annealed, scored, rows, row_weight, family):
+        if _better(annealed, scored, family, moves):
             scored = annealed  # its components are still the leaves' (it started from them)
     if family == "bernoulli" and is_short_stream(rows, len(leaves), n_events):
         scored = split_merge(rows, row_weight, scored, family, tol=tol, max_iter=max_iter,
@@ -360,14 +363,15 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     return _refined(nodes, leaves, leaf_ids, family, summed, scored, rows.shape[0], restarted)
 
 
-def _more_likely(new: MixtureEMResult, old: MixtureEMResult, rows: sp.csr_array,
-                 row_weight: np.ndarray, family: Family) -> bool:
-    """Whether a restart's fit ``new`` beats ``old`` on the same weighted rows: for code sets
-    (Bernoulli) each net of its optimism (:func:`streammom.mixture.corrected_log_likelihood`;
-    module docstring), for token counts by the raw log-likelihood."""
+def _better(new: MixtureEMResult, old: MixtureEMResult, family: Family, evidence: MoveCache
+            ) -> bool:
+    """Whether a restart's fit ``new`` beats ``old`` on the refit's weighted rows (those of
+    the ``evidence`` cache): for code sets (Bernoulli) the partition of higher evidence
+    (:mod:`streammom.evidence`, each computed once; module docstring), for token counts the
+    raw log-likelihood."""
     if family != "bernoulli":
         return new.log_likelihood > old.log_likelihood
-    return more_likely(new, old, rows, family, sample_weight=row_weight)
+    return evidence.more_evident(new, old)
 
 
 def _refined(nodes: Mapping[int, Node], leaves: list[Node], leaf_ids: list[int],

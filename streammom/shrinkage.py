@@ -143,7 +143,7 @@ def partition_evidence(S: np.ndarray, N: np.ndarray) -> float:
     type-II marginal likelihood the shrunk EM's τ maximise, read as a score of the partition
     (*BDA* §5.3): higher when the components' rates differ where the data say they do and
     agree elsewhere. A partition is compared only with others of the same rows and weights
-    (:func:`streammom.split_merge.fit_evidence`).
+    (:func:`streammom.evidence.fit_evidence`).
 
     >>> S = np.array([[9.0, 1.0], [1.0, 9.0]]); N = np.array([10.0, 10.0])
     >>> split = partition_evidence(S, N)

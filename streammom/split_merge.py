@@ -56,8 +56,8 @@ components' rows alone, not where the other components' rows go once EM runs on 
   (BENCHMARKS.md "Moves tried by the full EM").
 
 There (``evidence_check``) a move is kept when its result's partition passes the current one's
-evidence (:func:`fit_evidence`, "By the evidence" below) by more than :data:`CHECK_MARGIN`
-nats, whatever its likelihood:
+evidence (:func:`streammom.evidence.fit_evidence`, "By the evidence" below) by more than
+:data:`CHECK_MARGIN` nats, whatever its likelihood:
 
 * the likelihood alone is not enough, for a stronger search reaches the optima of maximum
   likelihood that label worse: on code streams with skewed cluster shares those split a large
@@ -113,21 +113,19 @@ import numpy as np
 import scipy.sparse as sp
 
 from streammom.estimators import Family
+from streammom.evidence import fit_labels, labels_evidence
 from streammom.mixture import (
     MixtureEMResult,
     WeightedRows,
     fit_from_partition,
     fit_mixture_em,
     log_likelihood_matrix,
-    map_assign,
     normalise_joint,
-    partition_sums,
 )
 from streammom.pair_resplit import MIN_PAIR_ROWS, between_direction, confused_pairs
-from streammom.shrinkage import partition_evidence
 
 __all__ = ["CHECK_MARGIN", "EVIDENCE_MARGIN", "MAX_MOVES", "MERGE_CANDIDATES", "MOVE_TRIALS",
-           "MoveCache", "fit_evidence", "removal_losses", "split_merge"]
+           "MoveCache", "removal_losses", "split_merge"]
 
 #: Merge candidates tried against every split candidate: the most confused pairs.
 MERGE_CANDIDATES = 3
@@ -180,15 +178,19 @@ class MoveCache:
     evidence: dict[bytes, float] = field(default_factory=dict)
 
     def fit_evidence(self, fit: MixtureEMResult) -> float:
-        """:func:`fit_evidence` of a Bernoulli ``fit`` on the cache's rows: computed once for
-        each partition of them."""
+        """:func:`streammom.evidence.fit_evidence` of a Bernoulli ``fit`` on the cache's rows:
+        computed once for each partition of them."""
         k = fit.means.shape[0]
-        label = map_assign(self.rows, fit.means, fit.weights, "bernoulli")
+        label = fit_labels(self.rows, fit)
         key = _digest(label, np.array([k]))
         if key not in self.evidence:
-            S, N = partition_sums(self.rows, self.row_weight, label, k)
-            self.evidence[key] = partition_evidence(S, N)
+            self.evidence[key] = labels_evidence(self.rows, self.row_weight, label, k)
         return self.evidence[key]
+
+    def more_evident(self, new: MixtureEMResult, old: MixtureEMResult) -> bool:
+        """:func:`streammom.evidence.more_evident` on the cache's rows, each partition's
+        evidence computed once."""
+        return self.fit_evidence(new) > self.fit_evidence(old)
 
 
 def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
@@ -197,13 +199,6 @@ def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
     (multinomial) and its log-likelihood (:func:`fit_from_partition` with no EM pass)."""
     return fit_from_partition(rows, row_weight, np.zeros(rows.shape[0], dtype=np.int64), 1,
                               family=family, max_iter=0, tol=0.0)
-
-
-def fit_evidence(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult) -> float:
-    """The evidence of a Bernoulli fit's partition of the weighted ``rows``: each row at its
-    MAP component, then :func:`streammom.shrinkage.partition_evidence` of the components'
-    weighted statistics."""
-    return MoveCache(rows, row_weight).fit_evidence(fit)
 
 
 def removal_losses(joint: np.ndarray, weights: np.ndarray, row_weight: np.ndarray
@@ -249,8 +244,8 @@ def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult
     when its gain − loss is positive; t > 0, the t best candidates whatever the sign, the
     first whose result passes the test. ``evidence_margin`` (code sets): the EM after each move
     is shrunk (:mod:`streammom.shrinkage`) and its result kept when its partition's evidence
-    (:func:`fit_evidence`) passes the current fit's by more than this many nats (module
-    docstring, "By the evidence"); None: by the likelihood net of its optimism.
+    (:func:`streammom.evidence.fit_evidence`) passes the current fit's by more than this many
+    nats (module docstring, "By the evidence"); None: by the likelihood net of its optimism.
     ``evidence_check`` (code sets; with ``evidence_margin`` None): a move is kept when its
     result's partition passes the current one's evidence by more than :data:`CHECK_MARGIN`
     nats, whatever its likelihood (module docstring, "Trials by the full EM"). ``cache``: a

@@ -11,6 +11,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy
 from streammom.datasets import make_hierarchical_bernoulli
+from streammom.evidence import fit_evidence
 from streammom.mixture import (
     MixtureEMResult,
     WeightedRows,
@@ -25,7 +26,6 @@ from streammom.split_merge import (
     EVIDENCE_MARGIN,
     MOVE_TRIALS,
     MoveCache,
-    fit_evidence,
     split_merge,
 )
 
@@ -182,15 +182,16 @@ def _short_stream(seed: int) -> tuple[sp.csr_array, np.ndarray, float]:
     return X, y, oracle
 
 
-@pytest.mark.parametrize("seed", [8, 25, 35])
+@pytest.mark.parametrize("seed", [8, 27])
 def test_moves_by_the_evidence_mend_what_the_likelihood_cannot_tell_apart(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """On these 500-event streams the shrunk scores held two true clusters in one leaf and one
     across two; EM from the true labels is no more likely than EM from the stream's, but the
     evidence of the truth's partition is higher by 25+ nats (BENCHMARKS.md "Moves by the
     evidence"). With the moves by the evidence the stream labels at ≥ 0.9 × the oracle's ARI;
-    without them (the ablation) below it (measured 0.881, 0.809 and 0.868 × against 0.964,
-    0.932 and 0.966; seed 8 only with the margin on where the moves end, not on each move)."""
+    without them (the ablation) below it (measured 0.881 and 0.823 × against 0.964 and 0.949;
+    seed 8 only with the margin on where the moves end, not on each move). Since restarts are
+    judged by the evidence too, seeds 25 and 35 no longer need the moves."""
     import streammom.refine as refine
 
     X, y, oracle = _short_stream(seed)
