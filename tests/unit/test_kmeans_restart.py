@@ -80,11 +80,12 @@ def test_kmeans_restart_fits_a_mixture_only_where_it_is_cheap() -> None:
 def test_a_short_stream_is_labelled_by_the_better_fit_with_the_same_sums_and_routers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """500 events, 8 latent leaves: the k-means start's fit labels the events when it is the
-    more likely; the sums and routers (where the next events go) are those of the refinement
-    without it. Never worse on any seed, better on seed 3 (seed 5: the pair re-splits already
-    reach a fit as likely, and the labels are the same with or without it). The shrinkage
-    that ends the refinement (:mod:`streammom.shrinkage`) lifts both, so the gain on seed 3 is
-    now small (0.007 ARI)."""
+    better fit (its partition the more evident, :mod:`streammom.evidence`); the sums and
+    routers (where the next events go) are those of the refinement without it. Better on
+    seed 3; on seed 5 its partition is the more evident and labels a hair worse (measured
+    +0.007 and −0.008 ARI; until restarts were judged by the evidence seed 5's labels were
+    the same with or without it). The shrinkage that ends the refinement
+    (:mod:`streammom.shrinkage`) lifts both, so the gains are small."""
     gains = []
     for seed in (3, 5):
         X, y, _, truth = make_hierarchical_bernoulli(500, 500, 8, random_state=seed,
@@ -100,7 +101,7 @@ def test_a_short_stream_is_labelled_by_the_better_fit_with_the_same_sums_and_rou
         got = adjusted_rand_score(y, with_km.predict(X))
         gains.append(got - adjusted_rand_score(y, without.predict(X)))
         assert got >= 0.75 * oracle  # without the start: 0.71 and 0.73 × the oracle once
-    assert min(gains) >= 0 and gains[0] > 0, gains
+    assert min(gains) > -0.01 and gains[0] > 0, gains
 
 
 def test_kmeans_restart_skips_rows_too_dense_for_its_budget() -> None:
