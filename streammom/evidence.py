@@ -20,10 +20,10 @@ loses only what the light clusters' few events tell apart: the likelihood prefer
 evidence charges the cut (p/2) log(N/4) against the (p/2) log(n₁n₂/(n₁ + n₂)) the merge
 saves, so it prefers the truth's. On code sets of eight leaves with Dirichlet(0.7) shares
 (1,500–3,000 events, d = 300–500, 24 sets) EM from such a partition was more likely than EM
-from the true labels net of TIC on 17 of 24, by up to 187 nats, and less evident on all 24,
-by 87–635; in the stream, a spectral restart of that kind replaced the tree's fit at the
-refits of 3,000 and 5,000 events of a 50,000-event stream and took it from 0.98 to 0.71 × the
-oracle's ARI (BENCHMARKS.md "Fits compared by the evidence of their partition").
+from the true labels net of TIC on 17 of 24, by up to 185 nats, and less evident on all 24,
+by 87–635; in a 50,000-event stream of that kind, a spectral restart that replaced the tree's
+fit at the refit of 3,000 events and the pair re-splits at 5,000 took it from 0.98 to 0.71 ×
+the oracle's ARI (BENCHMARKS.md "Fits compared by the evidence of their partition").
 
 Token counts (multinomial) have no such prior here; their fits keep the raw likelihood.
 """
