@@ -9,7 +9,7 @@ empirical-Bayes prior of :mod:`streammom.shrinkage`, plus the labels' own term
 
 The refinement (:mod:`streammom.refine`) compares fits of the same k components on the same
 weighted rows — a restart against the fit it would replace, a re-split pair against the pair
-it would replace (:mod:`streammom.pair_resplit`) — by it (:func:`more_evident`), not by their
+it would replace (:mod:`streammom.pair_resplit`) — by it (:func:`better_fit`), not by their
 likelihood. The likelihood net of its optimism (TIC, :func:`streammom.mixture.more_likely`)
 charges every component the same p parameters whatever the events it holds, so between two
 fits of k components it is the raw likelihood that decides; the evidence charges component j
@@ -25,18 +25,37 @@ by 87–635; in a 50,000-event stream of that kind, a spectral restart that repl
 fit at the refit of 3,000 events and the pair re-splits at 5,000 took it from 0.98 to 0.71 ×
 the oracle's ARI (BENCHMARKS.md "Fits compared by the evidence of their partition").
 
-Token counts (multinomial) have no such prior here; their fits keep the raw likelihood.
+Token counts (multinomial) have no such prior here; their fits are compared by the likelihood
+(:func:`better_fit`).
+
+One refit compares many fits on the same rows, and most of them share a partition (a move's
+EM leaves most rows where they were): an :class:`EvidenceCache` computes each partition's
+evidence once.
 """
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass, field
+
 import numpy as np
 import scipy.sparse as sp
 
-from streammom.mixture import MixtureEMResult, map_assign, partition_sums
+from streammom.estimators import Family
+from streammom.mixture import MixtureEMResult, map_assign, more_likely, partition_sums
 from streammom.shrinkage import partition_evidence
 
-__all__ = ["fit_evidence", "fit_labels", "labels_evidence", "more_evident"]
+__all__ = ["EvidenceCache", "better_fit", "digest", "fit_evidence", "fit_labels",
+           "labels_evidence"]
+
+
+def digest(*arrays: np.ndarray) -> bytes:
+    """A 128-bit digest of the arrays' bytes: a cache key for a set of rows (and their sides)."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+        h.update(b"|")
+    return h.digest()
 
 
 def fit_labels(rows: sp.csr_array, fit: MixtureEMResult) -> np.ndarray:
@@ -58,17 +77,50 @@ def fit_evidence(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResul
     return labels_evidence(rows, row_weight, fit_labels(rows, fit), fit.means.shape[0])
 
 
-def more_evident(new: MixtureEMResult, old: MixtureEMResult, rows: sp.csr_array,
-                 row_weight: np.ndarray) -> bool:
-    """Whether the Bernoulli fit ``new`` partitions the weighted ``rows`` with a higher
-    evidence than ``old`` (module docstring).
+@dataclass(eq=False)
+class EvidenceCache:
+    """The evidence of the partitions of one set of weighted ``rows``, each computed once
+    (module docstring). Keys are digests of the partition's labels; the values are exactly
+    what recomputing gives, so no comparison depends on the cache.
 
     >>> X = sp.csr_array(np.array([[1, 1, 0, 0]] * 6 + [[0, 0, 1, 1]] * 6, dtype=float))
     >>> truth = MixtureEMResult(means=np.array([[0.9, 0.9, 0.1, 0.1], [0.1, 0.1, 0.9, 0.9]]),
     ...     weights=np.array([0.5, 0.5]), log_likelihood=0.0, n_iter=0, converged=True)
     >>> mixed = MixtureEMResult(means=np.array([[0.5, 0.5, 0.5, 0.5], [0.4, 0.4, 0.4, 0.4]]),
     ...     weights=np.array([0.5, 0.5]), log_likelihood=0.0, n_iter=0, converged=True)
-    >>> more_evident(truth, mixed, X, np.ones(12)), more_evident(mixed, truth, X, np.ones(12))
-    (True, False)
+    >>> cache = EvidenceCache(X, np.ones(12))
+    >>> cache.more_evident(truth, mixed), cache.more_evident(mixed, truth), len(cache.evidence)
+    (True, False, 2)
     """
-    return fit_evidence(rows, row_weight, new) > fit_evidence(rows, row_weight, old)
+
+    rows: sp.csr_array
+    row_weight: np.ndarray
+    evidence: dict[bytes, float] = field(default_factory=dict)
+
+    def fit_evidence(self, fit: MixtureEMResult) -> float:
+        """:func:`fit_evidence` of a Bernoulli ``fit`` on the cache's rows."""
+        k = fit.means.shape[0]
+        label = fit_labels(self.rows, fit)
+        key = digest(label, np.array([k]))
+        if key not in self.evidence:
+            self.evidence[key] = labels_evidence(self.rows, self.row_weight, label, k)
+        return self.evidence[key]
+
+    def more_evident(self, new: MixtureEMResult, old: MixtureEMResult) -> bool:
+        """Whether the Bernoulli fit ``new`` partitions the cache's rows with a higher
+        evidence than ``old`` (module docstring)."""
+        return self.fit_evidence(new) > self.fit_evidence(old)
+
+
+def better_fit(new: MixtureEMResult, old: MixtureEMResult, family: Family,
+               cache: EvidenceCache, *, net_of_optimism: bool) -> bool:
+    """Whether ``new`` fits the weighted rows of ``cache`` better than ``old`` (the same k
+    components): for code sets (Bernoulli) the partition of higher evidence (module
+    docstring); for token counts the higher log-likelihood, net of each fit's optimism (TIC,
+    :func:`streammom.mixture.more_likely`) when ``net_of_optimism``, else raw (both fits'
+    ``log_likelihood`` must then be on these rows)."""
+    if family == "bernoulli":
+        return cache.more_evident(new, old)
+    if net_of_optimism:
+        return more_likely(new, old, cache.rows, family, sample_weight=cache.row_weight)
+    return new.log_likelihood > old.log_likelihood

@@ -139,6 +139,7 @@ from scipy.optimize import linear_sum_assignment
 
 from streammom.decompose import asvtd
 from streammom.estimators import Family
+from streammom.evidence import better_fit
 from streammom.held_columns import held_columns, scatter_rows
 from streammom.kmeans_restart import is_short_stream, kmeans_restart
 from streammom.mixture import (
@@ -315,7 +316,8 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     # code sets only (on text it lowered R8's ARI: pair_resplit), within its work bound
     if family == "bernoulli" and searched:
         resplit = pair_resplit(rows, row_weight, fit, family, tol=tol,
-                               max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state)
+                               max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state,
+                               cache=moves)
         resplit = split_merge(rows, row_weight, resplit, family, tol=tol,
                               max_iter=min(max_iter, PAIR_EM_PASSES), random_state=random_state,
                               cache=moves)
@@ -364,15 +366,12 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     return _refined(nodes, leaves, leaf_ids, family, summed, scored, rows.shape[0], restarted)
 
 
-def _better(new: MixtureEMResult, old: MixtureEMResult, family: Family, evidence: MoveCache
+def _better(new: MixtureEMResult, old: MixtureEMResult, family: Family, cache: MoveCache
             ) -> bool:
     """Whether a restart's fit ``new`` beats ``old`` on the refit's weighted rows (those of
-    the ``evidence`` cache): for code sets (Bernoulli) the partition of higher evidence
-    (:mod:`streammom.evidence`, each computed once; module docstring), for token counts the
-    raw log-likelihood."""
-    if family != "bernoulli":
-        return new.log_likelihood > old.log_likelihood
-    return evidence.more_evident(new, old)
+    ``cache``; module docstring): :func:`streammom.evidence.better_fit`, by the raw
+    log-likelihood for token counts."""
+    return better_fit(new, old, family, cache, net_of_optimism=False)
 
 
 def _refined(nodes: Mapping[int, Node], leaves: list[Node], leaf_ids: list[int],

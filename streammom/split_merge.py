@@ -105,7 +105,6 @@ same fits). Code sets (Bernoulli) only, like the pair re-splits, and within the 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -113,7 +112,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streammom.estimators import Family
-from streammom.evidence import fit_labels, labels_evidence
+from streammom.evidence import EvidenceCache, digest
 from streammom.mixture import (
     MixtureEMResult,
     WeightedRows,
@@ -150,47 +149,21 @@ EVIDENCE_MARGIN = 30.0
 CHECK_MARGIN = 100.0
 
 
-def _digest(*arrays: np.ndarray) -> bytes:
-    """A 128-bit digest of the arrays' bytes: a cache key for a set of rows (and their sides)."""
-    h = hashlib.blake2b(digest_size=16)
-    for a in arrays:
-        h.update(np.ascontiguousarray(a).tobytes())
-        h.update(b"|")
-    return h.digest()
-
-
 @dataclass(eq=False)
-class MoveCache:
+class MoveCache(EvidenceCache):
     """What the moves computed on one refit's rows, for the moves after them on the same rows
     (:func:`split_merge`'s ``cache``): a component's split candidate, a pair's merge loss and a
-    partition's evidence depend only on which rows they hold (and the EM's passes), and a move's
-    EM leaves most components' rows where they were, so the next move — and the next round of
-    moves, which starts where the last one stopped — finds most of them here. Keys are digests
-    of the rows' indices; the values are exactly what recomputing gives, so a refit's result
-    does not depend on the cache. Valid for the ``rows`` and ``row_weight`` it was made for."""
+    partition's evidence (:class:`streammom.evidence.EvidenceCache`) depend only on which rows
+    they hold (and the EM's passes), and a move's EM leaves most components' rows where they
+    were, so the next move — and the next round of moves, which starts where the last one
+    stopped — finds most of them here. Keys are digests of the rows' indices; the values are
+    exactly what recomputing gives, so a refit's result does not depend on the cache. Valid for
+    the ``rows`` and ``row_weight`` it was made for."""
 
-    rows: sp.csr_array
-    row_weight: np.ndarray
     splits: dict[tuple[int, int, bytes], tuple[float, MixtureEMResult, bool] | None] = field(
         default_factory=dict)
     merges: dict[tuple[int, int, int, bytes], tuple[float, np.ndarray]] = field(
         default_factory=dict)
-    evidence: dict[bytes, float] = field(default_factory=dict)
-
-    def fit_evidence(self, fit: MixtureEMResult) -> float:
-        """:func:`streammom.evidence.fit_evidence` of a Bernoulli ``fit`` on the cache's rows:
-        computed once for each partition of them."""
-        k = fit.means.shape[0]
-        label = fit_labels(self.rows, fit)
-        key = _digest(label, np.array([k]))
-        if key not in self.evidence:
-            self.evidence[key] = labels_evidence(self.rows, self.row_weight, label, k)
-        return self.evidence[key]
-
-    def more_evident(self, new: MixtureEMResult, old: MixtureEMResult) -> bool:
-        """:func:`streammom.evidence.more_evident` on the cache's rows, each partition's
-        evidence computed once."""
-        return self.fit_evidence(new) > self.fit_evidence(old)
 
 
 def _one_component(rows: sp.csr_array, row_weight: np.ndarray, family: Family
@@ -315,7 +288,7 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         members = np.flatnonzero(label == c)
         if members.size < MIN_PAIR_ROWS:
             continue
-        key = (c, max_iter, _digest(members, np.array([tol, random_state])))
+        key = (c, max_iter, digest(members, np.array([tol, random_state])))
         if key not in cache.splits:
             cache.splits[key] = _split_candidate(
                 rows[members], row_weight[members], family, d, max_iter=max_iter, tol=tol,
@@ -329,7 +302,7 @@ def _one_move(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
         if members.size < MIN_PAIR_ROWS:
             continue
         side = (label[members] == b).astype(np.int64)
-        pair_key = (a, b, max_iter, _digest(members, side, np.array([tol])))
+        pair_key = (a, b, max_iter, digest(members, side, np.array([tol])))
         if pair_key not in cache.merges:
             cache.merges[pair_key] = _merge_candidate(rows[members], row_weight[members], side,
                                                       family, d, max_iter=max_iter, tol=tol)

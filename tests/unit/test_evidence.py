@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from sklearn.metrics import adjusted_rand_score
 
 from streammom.datasets import make_hierarchical_bernoulli
-from streammom.evidence import fit_evidence, fit_labels, labels_evidence, more_evident
+from streammom.evidence import EvidenceCache, fit_evidence, fit_labels, labels_evidence
 from streammom.mixture import WeightedRows, fit_from_partition, map_assign
 from streammom.pair_resplit import between_direction
 
@@ -52,7 +52,8 @@ def test_the_evidence_refuses_the_cut_of_a_heavy_cluster_the_likelihood_prefers(
     assert rows.corrected(wrong) > rows.corrected(truth) + 50
     assert adjusted_rand_score(y, fit_labels(X, truth)) > adjusted_rand_score(
         y, fit_labels(X, wrong)) + 0.1
-    assert more_evident(truth, wrong, X, w) and not more_evident(wrong, truth, X, w)
+    cache = EvidenceCache(X, w)
+    assert cache.more_evident(truth, wrong) and not cache.more_evident(wrong, truth)
     assert fit_evidence(X, w, truth) > fit_evidence(X, w, wrong) + 50
 
 

@@ -382,15 +382,15 @@ def _judged_by(monkeypatch: pytest.MonkeyPatch, judge: str) -> None:
     """The refinement's restarts and re-splits judged by the likelihood net of its optimism
     (``"tic"``), or every comparison — the moves' too — by the raw likelihood (``"raw"``)."""
     if judge == "tic":
-        monkeypatch.setattr(refine, "_better", lambda new, old, family, ev: more_likely(
-            new, old, ev.rows, family, sample_weight=ev.row_weight))
-        monkeypatch.setattr(pair_resplit_module, "_better", lambda new, old, rows, w, family:
-                            more_likely(new, old, rows, family, sample_weight=w))
+        def by_tic(new, old, family, cache, **_):
+            return more_likely(new, old, cache.rows, family, sample_weight=cache.row_weight)
+        monkeypatch.setattr(refine, "_better", by_tic)
+        monkeypatch.setattr(pair_resplit_module, "better_fit", by_tic)
         return
-    monkeypatch.setattr(refine, "_better",
-                        lambda new, old, family, ev: new.log_likelihood > old.log_likelihood)
-    monkeypatch.setattr(pair_resplit_module, "_better", lambda new, old, rows, w, family:
-                        new.log_likelihood > old.log_likelihood)
+    def by_raw(new, old, family, cache, **_):
+        return new.log_likelihood > old.log_likelihood
+    monkeypatch.setattr(refine, "_better", by_raw)
+    monkeypatch.setattr(pair_resplit_module, "better_fit", by_raw)
     monkeypatch.setattr(WeightedRows, "corrected", lambda self, fit: fit.log_likelihood)
 
 
