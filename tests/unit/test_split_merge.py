@@ -275,6 +275,15 @@ def test_an_empty_component_s_slot_goes_to_a_leaf_holding_two_clusters(
     assert merged.log_likelihood < moved.log_likelihood and ari(merged) < 0.95
 
 
+def _zipf(rng: np.random.Generator, d: int, columns: np.ndarray) -> np.ndarray:
+    """A Zipf(1) distribution over ``columns`` of d, in an order drawn from ``rng``."""
+    p = np.zeros(d)
+    columns = rng.permutation(columns)
+    rate = 1.0 / np.arange(1, columns.size + 1)
+    p[columns] = rate / rate.sum()
+    return p
+
+
 def _wide_phenotypes(n: int, seed: int) -> tuple[sp.csr_array, np.ndarray]:
     """Eight phenotypes over a wide vocabulary of rare codes (d = 6,300), the shape of
     ``bench/icd_phenotype_streams.py``: four groups of 1,500 codes, two phenotypes a group;
@@ -283,19 +292,12 @@ def _wide_phenotypes(n: int, seed: int) -> tuple[sp.csr_array, np.ndarray]:
     rng = np.random.default_rng(seed)
     d = 300 + 4 * 1_500
 
-    def zipf(columns: np.ndarray) -> np.ndarray:
-        p = np.zeros(d)
-        columns = rng.permutation(columns)
-        rate = 1.0 / np.arange(1, columns.size + 1)
-        p[columns] = rate / rate.sum()
-        return p
-
-    background = zipf(np.arange(300))
+    background = _zipf(rng, d, np.arange(300))
     q = []
     for g in range(4):
         group = 300 + g * 1_500 + np.arange(1_500)
-        shared = zipf(group)
-        q += [0.4 * background + 0.2 * shared + 0.4 * zipf(group[b * 300:(b + 1) * 300])
+        shared = _zipf(rng, d, group)
+        q += [0.4 * background + 0.2 * shared + 0.4 * _zipf(rng, d, group[b * 300:(b + 1) * 300])
               for b in range(2)]
     y = rng.integers(8, size=n)
     return sp.csr_array((rng.poisson(8.0 * np.array(q)[y]) > 0).astype(float)), y
@@ -371,23 +373,16 @@ def _chapter_phenotypes(n: int, seed: int) -> tuple[sp.csr_array, np.ndarray, np
     sizes = rng.integers(400, 3_000, size=4)
     d = 300 + int(sizes.sum())
 
-    def zipf(columns: np.ndarray) -> np.ndarray:
-        p = np.zeros(d)
-        columns = rng.permutation(columns)
-        rate = 1.0 / np.arange(1, columns.size + 1)
-        p[columns] = rate / rate.sum()
-        return p
-
-    background = zipf(np.arange(300))
+    background = _zipf(rng, d, np.arange(300))
     q = []
     first = 300
     for size in sizes:
         chapter = first + np.arange(size)
         first += size
-        shared = zipf(chapter)
+        shared = _zipf(rng, d, chapter)
         for _ in range(2):
             block = rng.choice(chapter, size=int(rng.integers(20, 120)), replace=False)
-            q.append(0.5 * background + 0.3 * shared + 0.2 * zipf(block))
+            q.append(0.5 * background + 0.3 * shared + 0.2 * _zipf(rng, d, block))
     prevalence = 1.0 - np.exp(-8.0 * np.array(q))
     y = rng.integers(8, size=n)
     return sp.csr_array((rng.random((n, d)) < prevalence[y]).astype(float)), y, prevalence
