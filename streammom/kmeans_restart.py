@@ -4,21 +4,23 @@ While a stream is short, the refinement's EM (:mod:`streammom.refine`) sees near
 the union of the leaves' reservoirs holds at most :data:`KMEANS_ROWS` rows (and, so that the
 cost stays that of a young refit, at most :data:`KMEANS_WORK` non-zeros × components), and
 those rows are at least :data:`KMEANS_MIN_SHARE` of the events the tree has learned (they are
-the stream, not a sample of it: a first batch of 30,000 events leaves 1,024 reservoir rows, and
-that refit skips the start). A batch estimator would search such data with restarts. So the
-refinement fits one more start beside the tree's partition and the flat ASVTD estimate. When
-that fit's weighted log-likelihood is the largest, it becomes the leaves' scores, which label
-the events; the routers, and so the sums and the tree's growth, keep following the other two
-(design §5).
+the stream, not a sample of it: a first batch of 30,000 events leaves a few thousand
+reservoir rows, and that refit skips the start). A batch estimator would search such data
+with restarts. So the refinement fits one more start beside the tree's partition and the
+flat ASVTD estimate. When that fit's weighted log-likelihood is the largest, it becomes the
+leaves' scores, which label the events; the routers, and so the sums and the tree's growth,
+keep following the other two (design §5).
 The start is the classic one for sparse count data, taken from text clustering (Manning,
 Raghavan & Schütze, *Introduction to Information Retrieval*, ch. 16–18):
 
 1. **Rows.** Each row is tf-idf weighted, x_ih · idf_h with idf_h = 1 + log(n / (1 + df_h)),
    and scaled to unit L2 norm.
 2. **Embedding.** The rows go onto their top q = min(30, n − 1, d − 1) principal directions
-   (a truncated SVD, Z = U_q Σ_q). It comes from the n × n Gram matrix G = X̃ X̃ᵀ and its top q
-   eigenpairs (LAPACK ``syevr``, deterministic), then each row of Z is scaled to unit norm.
-   The cost is O(nnz · n) for G plus O(n² q) for the eigenpairs: 0.1–0.3 s at n = 1,024.
+   (a truncated SVD, Z = U_q Σ_q), then each row of Z is scaled to unit norm. Z comes from the
+   top q eigenpairs of the n × n Gram matrix G = X̃ X̃ᵀ: up to :data:`DENSE_GRAM_ROWS` rows
+   from G itself (LAPACK ``syevr``, O(n³): 0.1–0.3 s at n = 1,024, 22 s at 4,096), above by
+   Lanczos on the products v ↦ X̃ (X̃ᵀ v) (ARPACK, a seeded start vector; O(nnz) a product:
+   0.13 s at 4,096 ICD-shaped rows). Both are deterministic.
 3. **Clusters.** Weighted k-means on Z: greedy k-means++ seeding (Arthur & Vassilvitskii
    2007) from a generator seeded by the engine's ``random_state``, then Lloyd iterations.
    The best of :data:`N_INIT` seedings by inertia is kept. A cluster that empties takes the
@@ -38,16 +40,19 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 
 from streammom.estimators import Family
 from streammom.mixture import MixtureEMResult, fit_from_partition, partition_sums
 
-__all__ = ["EMBEDDING_DIM", "KMEANS_MIN_SHARE", "KMEANS_ROWS", "KMEANS_WORK", "N_INIT",
-           "is_short_stream", "kmeans_restart", "spectral_embedding", "weighted_kmeans"]
+__all__ = ["DENSE_GRAM_ROWS", "EMBEDDING_DIM", "KMEANS_MIN_SHARE", "KMEANS_ROWS", "KMEANS_WORK",
+           "N_INIT", "is_short_stream", "kmeans_restart", "spectral_embedding",
+           "weighted_kmeans"]
 
-#: The k-means start runs while the refinement's rows are at most this many (an n × n Gram
-#: matrix and its eigenpairs; the default reservoir of one node) …
-KMEANS_ROWS = 1_024
+#: The k-means start runs while the refinement's rows are at most this many (four default
+#: reservoirs: the 2,000-event ICD phenotype streams' last refit; BENCHMARKS.md "Short-stream
+#: searches up to 4,096 rows") …
+KMEANS_ROWS = 4_096
 #: … and their non-zeros × components at most this (its EM is O(nnz · k) a pass: ≲ 0.2 s for
 #: 100 passes; 1,024 rows of 10 codes and 16 leaves are 164k, the wide genotype counts of
 #: ``bench/wide_counts.py``, 1,000 rows of 1,100 non-zeros, 17.6M).
@@ -56,6 +61,13 @@ KMEANS_WORK = 1 << 21
 KMEANS_MIN_SHARE = 0.5
 #: Principal directions kept in the embedding (at most; fewer for smaller data).
 EMBEDDING_DIM = 30
+#: Rows up to which the embedding's eigenpairs come from the dense n × n Gram matrix; above,
+#: by Lanczos on its products (at 4,096 ICD-shaped rows 0.13 s instead of 22 s; the top 30
+#: directions of a dense spectrum differ a little between the two, the k-means on them as
+#: good: :func:`_top_gram_eigenpairs`).
+DENSE_GRAM_ROWS = 1_024
+#: Relative accuracy of the Lanczos eigenvalues (ARPACK ``tol``): a start, not a result.
+LANCZOS_TOL = 1e-6
 #: k-means++ seedings tried; the one of least inertia is kept.
 N_INIT = 10
 _LLOYD_ITER = 100
@@ -79,11 +91,32 @@ def spectral_embedding(rows: sp.csr_array, q: int = EMBEDDING_DIM) -> np.ndarray
     weighted = sp.csr_array(rows @ sp.diags_array(idf))
     norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1)).ravel())
     weighted = sp.csr_array(sp.diags_array(1.0 / np.where(norms > 0, norms, 1.0)) @ weighted)
-    gram = np.asarray((weighted @ weighted.T).toarray())
-    values, vectors = scipy.linalg.eigh(gram, subset_by_index=(n - q, n - 1), driver="evr")
-    Z = vectors[:, ::-1] * np.sqrt(np.maximum(values[::-1], 0.0))
+    values, vectors = _top_gram_eigenpairs(weighted, q)
+    Z = vectors * np.sqrt(np.maximum(values, 0.0))
     lengths = np.linalg.norm(Z, axis=1, keepdims=True)
     return Z / np.where(lengths > 0, lengths, 1.0)
+
+
+def _top_gram_eigenpairs(weighted: sp.csr_array, q: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top q eigenpairs of G = W Wᵀ (n × n), largest first: (q,), (n, q). Up to
+    :data:`DENSE_GRAM_ROWS` rows from G itself (LAPACK ``syevr``, O(n³)); above, by Lanczos
+    (ARPACK ``eigsh``) on the products v ↦ W (Wᵀ v), O(nnz) each, from a start vector seeded
+    by the shape, so the result is deterministic. Pairs that did not converge are dropped."""
+    n = weighted.shape[0]
+    if n <= DENSE_GRAM_ROWS:
+        gram = np.asarray((weighted @ weighted.T).toarray())
+        values, vectors = scipy.linalg.eigh(gram, subset_by_index=(n - q, n - 1), driver="evr")
+        return values[::-1], vectors[:, ::-1]
+    transposed = sp.csr_array(weighted.T)
+    gram = spla.LinearOperator((n, n), matvec=lambda v: weighted @ (transposed @ v),
+                               dtype=float)
+    start = np.random.default_rng([n, weighted.shape[1], q]).standard_normal(n)
+    try:
+        values, vectors = spla.eigsh(gram, k=q, v0=start, which="LA", tol=LANCZOS_TOL)
+    except spla.ArpackNoConvergence as e:
+        values, vectors = e.eigenvalues, e.eigenvectors
+    order = np.argsort(values)[::-1]
+    return values[order], vectors[:, order]
 
 
 def weighted_kmeans(Z: np.ndarray, k: int, weight: np.ndarray, seed: int,

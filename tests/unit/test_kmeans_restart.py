@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from engine_checks import assert_same_sums_and_routers
+from engine_checks import acceptance_ari, assert_same_sums_and_routers
+from phenotype_streams import chapter_phenotypes
 from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy, refine
+from streammom import kmeans_restart as kmeans_restart_module
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.kmeans_restart import (
     KMEANS_ROWS,
@@ -20,9 +22,15 @@ from streammom.kmeans_restart import (
 from streammom.mixture import map_assign
 
 
-def test_the_embedding_is_the_tf_idf_rows_top_principal_directions() -> None:
+@pytest.mark.parametrize("dense_rows", [KMEANS_ROWS, 10])
+def test_the_embedding_is_the_tf_idf_rows_top_principal_directions(
+        dense_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the dense Gram matrix (300 rows ≤ DENSE_GRAM_ROWS) and by Lanczos (the bound
+    lowered to 10 rows): the same directions, and the same result run after run."""
+    monkeypatch.setattr(kmeans_restart_module, "DENSE_GRAM_ROWS", dense_rows)
     X, _, _ = make_hierarchical_bernoulli(300, 120, 4, random_state=1)
     Z = spectral_embedding(X, 5)
+    assert np.array_equal(Z, spectral_embedding(X, 5))
     dense = X.toarray()
     n = dense.shape[0]
     weighted = dense * (1.0 + np.log(n / (1.0 + (dense > 0).sum(axis=0))))
@@ -31,7 +39,7 @@ def test_the_embedding_is_the_tf_idf_rows_top_principal_directions() -> None:
     want = U[:, :5] * s[:5]
     want /= np.linalg.norm(want, axis=1, keepdims=True)
     signs = np.sign((Z * want).sum(axis=0))  # eigenvectors are defined up to sign
-    np.testing.assert_allclose(Z * signs, want, atol=1e-8)
+    np.testing.assert_allclose(Z * signs, want, atol=1e-8 if dense_rows > 300 else 1e-5)
     assert spectral_embedding(X[:1], 5).shape == (1, 0)  # one row: no direction
 
 
@@ -145,8 +153,24 @@ def test_a_short_stream_is_one_whose_rows_are_the_stream() -> None:
     least KMEANS_MIN_SHARE of the events learned."""
     from streammom.kmeans_restart import KMEANS_ROWS, KMEANS_WORK, is_short_stream
 
-    rows = sp.csr_array(np.eye(KMEANS_ROWS))
+    rows = sp.csr_array(sp.identity(KMEANS_ROWS))
     assert is_short_stream(rows, 8, None) and is_short_stream(rows, 8, 2 * KMEANS_ROWS)
     assert not is_short_stream(rows, 8, 2 * KMEANS_ROWS + 1)  # a sample of a longer stream
-    assert not is_short_stream(sp.csr_array(np.eye(KMEANS_ROWS + 1)), 8, None)
+    assert not is_short_stream(sp.csr_array(sp.identity(KMEANS_ROWS + 1)), 8, None)
     assert not is_short_stream(rows, KMEANS_WORK // KMEANS_ROWS + 1, None)
+
+
+def test_a_stream_of_two_thousand_events_is_searched_at_its_last_refit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """2,000 events of eight phenotypes over chapters of rare codes (d = 5,312): the last
+    refit's 2,000 rows are the stream, and the short stream's searches (this start, the moves
+    on the scores) mend a partition the other starts leave — 0.91 × the oracle's ARI
+    (measured); with the bound at one reservoir (1,024 rows, the bound until the ICD phenotype
+    streams of ``bench/icd_phenotype_streams.py``) that refit is left unsearched: 0.81 ×."""
+    X, y, prevalence = chapter_phenotypes(2_000, seed=3)
+    oracle = adjusted_rand_score(y, map_assign(X, prevalence, np.full(8, 1 / 8), "bernoulli"))
+    shipped = acceptance_ari(X, y, 8)
+    monkeypatch.setattr(kmeans_restart_module, "KMEANS_ROWS", 1_024)
+    one_reservoir = acceptance_ari(X, y, 8)
+    assert shipped > 0.88 * oracle and one_reservoir < 0.85 * oracle, (
+        shipped, one_reservoir, oracle)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from engine_checks import acceptance_ari
+from phenotype_streams import chapter_phenotypes, wide_phenotypes
 from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy
@@ -275,39 +276,11 @@ def test_an_empty_component_s_slot_goes_to_a_leaf_holding_two_clusters(
     assert merged.log_likelihood < moved.log_likelihood and ari(merged) < 0.95
 
 
-def _zipf(rng: np.random.Generator, d: int, columns: np.ndarray) -> np.ndarray:
-    """A Zipf(1) distribution over ``columns`` of d, in an order drawn from ``rng``."""
-    p = np.zeros(d)
-    columns = rng.permutation(columns)
-    rate = 1.0 / np.arange(1, columns.size + 1)
-    p[columns] = rate / rate.sum()
-    return p
-
-
-def _wide_phenotypes(n: int, seed: int) -> tuple[sp.csr_array, np.ndarray]:
-    """Eight phenotypes over a wide vocabulary of rare codes (d = 6,300), the shape of
-    ``bench/icd_phenotype_streams.py``: four groups of 1,500 codes, two phenotypes a group;
-    a patient draws Poisson(8 q_j) of every code, q_j = 0.4 background (300 codes) + 0.2 its
-    group's codes + 0.4 its own block of 300, each a Zipf(1) over its codes in random order."""
-    rng = np.random.default_rng(seed)
-    d = 300 + 4 * 1_500
-
-    background = _zipf(rng, d, np.arange(300))
-    q = []
-    for g in range(4):
-        group = 300 + g * 1_500 + np.arange(1_500)
-        shared = _zipf(rng, d, group)
-        q += [0.4 * background + 0.2 * shared + 0.4 * _zipf(rng, d, group[b * 300:(b + 1) * 300])
-              for b in range(2)]
-    y = rng.integers(8, size=n)
-    return sp.csr_array((rng.poisson(8.0 * np.array(q)[y]) > 0).astype(float)), y
-
-
 def _wide_start() -> tuple[sp.csr_array, np.ndarray, np.ndarray, MixtureEMResult]:
-    """(X, y, unit weights, start): 1,500 rows of :func:`_wide_phenotypes` and EM (20 passes)
-    from a wrong partition — phenotypes 0 and 1 in component 0, 6 % of the rows, from
-    everywhere, in component 1."""
-    X, y = _wide_phenotypes(1_500, seed=0)
+    """(X, y, unit weights, start): 1,500 rows of :func:`phenotype_streams.wide_phenotypes`
+    and EM (20 passes) from a wrong partition — phenotypes 0 and 1 in component 0, 6 % of the
+    rows, from everywhere, in component 1."""
+    X, y = wide_phenotypes(1_500, seed=0)
     w = np.ones(X.shape[0])
     wrong = y.copy()
     wrong[wrong == 1] = 0
@@ -362,32 +335,6 @@ def test_the_evidence_check_refuses_a_move_whose_partition_loses_evidence(
     assert split_merge(X, w, start, "bernoulli", **kwargs) is not start
 
 
-def _chapter_phenotypes(n: int, seed: int) -> tuple[sp.csr_array, np.ndarray, np.ndarray]:
-    """(X, y, prevalence): eight phenotypes on a vocabulary of chapters, the shape of
-    ``bench/icd_phenotype_streams.py`` without its table: four chapters of 400–3,000 codes,
-    two phenotypes a chapter, each a block of 20–120 of its chapter's codes; a patient draws
-    Poisson(8 q_j) of every code, q_j = 0.5 background (300 codes) + 0.3 its chapter + 0.2 its
-    block, each a Zipf(1) over its codes in random order (so code h is present with
-    probability 1 − exp(−8 q_jh), the prevalence returned)."""
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(400, 3_000, size=4)
-    d = 300 + int(sizes.sum())
-
-    background = _zipf(rng, d, np.arange(300))
-    q = []
-    first = 300
-    for size in sizes:
-        chapter = first + np.arange(size)
-        first += size
-        shared = _zipf(rng, d, chapter)
-        for _ in range(2):
-            block = rng.choice(chapter, size=int(rng.integers(20, 120)), replace=False)
-            q.append(0.5 * background + 0.3 * shared + 0.2 * _zipf(rng, d, block))
-    prevalence = 1.0 - np.exp(-8.0 * np.array(q))
-    y = rng.integers(8, size=n)
-    return sp.csr_array((rng.random((n, d)) < prevalence[y]).astype(float)), y, prevalence
-
-
 def test_moves_kept_by_the_evidence_are_ranked_by_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """2,000 events of eight phenotypes over chapters of rare codes (d = 8,894): ranked by
     their local gain net of optimism (TIC), the candidates tried by the full EM miss the move
@@ -395,7 +342,7 @@ def test_moves_kept_by_the_evidence_are_ranked_by_it(monkeypatch: pytest.MonkeyP
     holds — and the stream labels at 0.74 × the oracle's ARI (measured); ranked by their local
     gain in evidence, the measure that keeps them, at 0.90 × (BENCHMARKS.md "Moves ranked by
     the evidence that keeps them")."""
-    X, y, prevalence = _chapter_phenotypes(2_000, seed=1)
+    X, y, prevalence = chapter_phenotypes(2_000, seed=1)
     oracle = adjusted_rand_score(y, map_assign(X, prevalence, np.full(8, 1 / 8), "bernoulli"))
     shipped = acceptance_ari(X, y, 8)
     monkeypatch.setattr(split_merge_module, "RANK_BY_EVIDENCE", False)
