@@ -66,9 +66,10 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   (:func:`~streammom.kmeans_restart.is_short_stream`), for code sets, split-and-merge moves
   on the scored fit, each move's EM starting with the annealed passes and the
   :data:`~streammom.split_merge.MOVE_TRIALS` best candidates tried whatever the sign
-  of their local gain (:mod:`streammom.split_merge`); kept when more likely, as the leaves'
-  scores. On the 500-event code streams it mends a stream whose scores held two clusters in
-  one leaf (BENCHMARKS.md "Moves on a short stream's scores");
+  of their local gain (:mod:`streammom.split_merge`); kept when more likely net of optimism
+  (up to :data:`SCORE_MOVES_TIC_ROWS` rows) or when their partition is the more evident
+  (above), as the leaves' scores. On the 500-event code streams it mends a stream whose
+  scores held two clusters in one leaf (BENCHMARKS.md "Moves on a short stream's scores");
 * for code sets, a restart's fit replaces the one it would (:func:`_better`), and a re-split
   pair the pair it would (:mod:`streammom.pair_resplit`), when its partition is the more
   evident (:mod:`streammom.evidence`: the rows' marginal likelihood with the rates integrated
@@ -163,7 +164,8 @@ from streammom.stream_sums import with_stream_sums
 from streammom.tree import Node, subtree
 
 __all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "EVIDENCE_MOVES", "LIGHT_EM_PASSES",
-           "LIGHT_EM_WORK", "MOVE_BETAS", "PAIR_EM_PASSES", "PAIR_WORK", "SHRINK", "WORK_LEAVES",
+           "LIGHT_EM_WORK", "MOVE_BETAS", "PAIR_EM_PASSES", "PAIR_WORK", "SCORE_MOVES_TIC_ROWS",
+           "SHRINK", "WORK_LEAVES",
            "RefinedRouters", "em_passes", "gains_significantly", "light_em_passes",
            "match_components", "principal_bisection", "refine_routers", "spectral_restart",
            "split_gain", "split_gain_rows", "subtree_centre"]
@@ -193,6 +195,13 @@ PAIR_WORK = 2 * RESTART_WORK
 #: Leaves counted in the bounds' rows × leaves at most: past 16 leaves the bounds are on the
 #: rows alone (4,096 for the restarts, 8,192 for the re-splits and moves).
 WORK_LEAVES = 16
+#: Up to this many rows (one default reservoir) the moves on a short stream's scores are kept
+#: by the likelihood net of its optimism, as measured on the 300- to 1,000-event code streams;
+#: above it by the evidence of their partitions (``split_merge(evidence_check=True)``): on a
+#: 5,000-event stream of skewed shares the likelihood's moves at its 3,000-row refit cut the
+#: heaviest cluster (0.955 → 0.875 × the oracle; BENCHMARKS.md "Short-stream searches up to
+#: 4,096 rows").
+SCORE_MOVES_TIC_ROWS = 1_024
 #: The annealed restart's inverse temperatures, one tempered pass each: 6 steps from 0.3 to 1
 #: (geometric), 3 passes a step. Hotter starts (0.1) merged components on the 500-event code
 #: streams; 12 steps of 5 passes found the same fits (BENCHMARKS.md "Annealed restart").
@@ -341,7 +350,8 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     if family == "bernoulli" and is_short_stream(rows, len(leaves), n_events):
         scored = split_merge(rows, row_weight, scored, family, tol=tol, max_iter=max_iter,
                              random_state=random_state, anneal=ANNEAL_BETAS,
-                             trials=MOVE_TRIALS, cache=moves)  # moves on a short stream's scores
+                             trials=MOVE_TRIALS, cache=moves,  # moves on a short stream's scores
+                             evidence_check=rows.shape[0] > SCORE_MOVES_TIC_ROWS)
     restarted |= scored is not fit
     if shrink and searched:  # the searched fits, the routers' and the scores', each shrunk
         polish = max_iter if restarts else passes
