@@ -165,10 +165,9 @@ from streammom.tree import Node, subtree
 
 __all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "EVIDENCE_MOVES", "LIGHT_EM_PASSES",
            "LIGHT_EM_WORK", "MOVE_BETAS", "PAIR_EM_PASSES", "PAIR_WORK", "SCORE_MOVES_TIC_ROWS",
-           "SHRINK", "WORK_LEAVES",
-           "RefinedRouters", "em_passes", "gains_significantly", "light_em_passes",
-           "match_components", "principal_bisection", "refine_routers", "spectral_restart",
-           "split_gain", "split_gain_rows", "subtree_centre"]
+           "SHRINK", "WORK_LEAVES", "RefinedRouters", "em_passes", "gains_significantly",
+           "light_em_passes", "match_components", "principal_bisection", "refine_routers",
+           "spectral_restart", "split_gain", "split_gain_rows", "subtree_centre"]
 
 _CENTRE_FLOOR = 1e-6
 #: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so

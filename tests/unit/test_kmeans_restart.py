@@ -13,6 +13,7 @@ from streammom import StreamingHierarchy, refine
 from streammom import kmeans_restart as kmeans_restart_module
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.kmeans_restart import (
+    DENSE_GRAM_ROWS,
     KMEANS_ROWS,
     KMEANS_WORK,
     kmeans_restart,
@@ -22,7 +23,7 @@ from streammom.kmeans_restart import (
 from streammom.mixture import map_assign
 
 
-@pytest.mark.parametrize("dense_rows", [KMEANS_ROWS, 10])
+@pytest.mark.parametrize("dense_rows", [DENSE_GRAM_ROWS, 10])
 def test_the_embedding_is_the_tf_idf_rows_top_principal_directions(
         dense_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """From the dense Gram matrix (300 rows ≤ DENSE_GRAM_ROWS) and by Lanczos (the bound
