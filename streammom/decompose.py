@@ -96,13 +96,16 @@ def top_eigenpairs(
     *,
     random_state: int = 0,
     tol: float = 0.0,
+    v0: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k largest *algebraic* eigenpairs of a symmetric matrix or linear operator.
 
     Returns ``(values, vectors)`` with values in decreasing order and eigenvector signs fixed
     (largest-magnitude entry positive). A :class:`KnownSpectrumOperator` gives its own pairs.
     Small dense matrices use LAPACK ``eigh``; large ones and linear operators use Lanczos
-    (ARPACK ``eigsh``, ``which='LA'``) from a seeded start vector, so results are deterministic.
+    (ARPACK ``eigsh``, ``which='LA'``) from a start vector — ``v0`` if given, else one seeded by
+    ``random_state`` — so results are deterministic; ``tol`` is ARPACK's relative accuracy (0:
+    machine precision). Raises ``ArpackNoConvergence``, its converged pairs attached.
     Algebraic, not absolute, eigenvalues: unbiased moment estimators are indefinite in finite
     samples (thesis digest §7, pitfall 2).
 
@@ -118,7 +121,8 @@ def top_eigenpairs(
     elif isinstance(M2, np.ndarray) and (d <= DENSE_EIGH_MAX_DIM or k >= d - 1):
         vals, vecs = scipy.linalg.eigh(M2, subset_by_index=[d - k, d - 1])
     else:
-        v0 = np.random.default_rng(random_state).uniform(0.5, 1.5, size=d)
+        if v0 is None:
+            v0 = np.random.default_rng(random_state).uniform(0.5, 1.5, size=d)
         vals, vecs = spla.eigsh(M2, k=k, which="LA", v0=v0, tol=tol)
     order = np.argsort(vals)[::-1]
     return vals[order], _canonical_signs(vecs[:, order])

@@ -42,6 +42,7 @@ import scipy.linalg
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from streammom.decompose import top_eigenpairs
 from streammom.estimators import Family
 from streammom.mixture import MixtureEMResult, fit_from_partition, partition_sums
 
@@ -100,8 +101,9 @@ def spectral_embedding(rows: sp.csr_array, q: int = EMBEDDING_DIM) -> np.ndarray
 def _top_gram_eigenpairs(weighted: sp.csr_array, q: int) -> tuple[np.ndarray, np.ndarray]:
     """The top q eigenpairs of G = W Wᵀ (n × n), largest first: (q,), (n, q). Up to
     :data:`DENSE_GRAM_ROWS` rows from G itself (LAPACK ``syevr``, O(n³)); above, by Lanczos
-    (ARPACK ``eigsh``) on the products v ↦ W (Wᵀ v), O(nnz) each, from a start vector seeded
-    by the shape, so the result is deterministic. Pairs that did not converge are dropped."""
+    (:func:`streammom.decompose.top_eigenpairs` on the products v ↦ W (Wᵀ v), O(nnz) each) from
+    a start vector seeded by the shape, so the result is deterministic. Pairs that did not
+    converge are dropped."""
     n = weighted.shape[0]
     if n <= DENSE_GRAM_ROWS:
         gram = np.asarray((weighted @ weighted.T).toarray())
@@ -112,11 +114,10 @@ def _top_gram_eigenpairs(weighted: sp.csr_array, q: int) -> tuple[np.ndarray, np
                                dtype=float)
     start = np.random.default_rng([n, weighted.shape[1], q]).standard_normal(n)
     try:
-        values, vectors = spla.eigsh(gram, k=q, v0=start, which="LA", tol=LANCZOS_TOL)
+        return top_eigenpairs(gram, q, tol=LANCZOS_TOL, v0=start)
     except spla.ArpackNoConvergence as e:
-        values, vectors = e.eigenvalues, e.eigenvectors
-    order = np.argsort(values)[::-1]
-    return values[order], vectors[:, order]
+        order = np.argsort(e.eigenvalues)[::-1]
+        return e.eigenvalues[order], e.eigenvectors[:, order]
 
 
 def weighted_kmeans(Z: np.ndarray, k: int, weight: np.ndarray, seed: int,
