@@ -7,6 +7,10 @@ CACHE ?= $(CURDIR)/.cache
 KAFKA_LIBS ?= $(CACHE)/kafka-libs
 KAFKA_POM := service/devbroker/pom.xml
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist): one per core, at most 4; the Kafka tests run on one of them
+# against one broker (tests/conftest.py groups them). TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
+XDIST_ARGS := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup)
 
 .PHONY: help install kafka-libs system-deps lint test unit demo bench clean
 
@@ -60,10 +64,10 @@ lint: install
 	$(BIN)/ruff check .
 
 test: install kafka-libs system-deps lint
-	STREAMMOM_REQUIRE_KAFKA=1 STREAMMOM_KAFKA_LIBS=$(KAFKA_LIBS) $(BIN)/pytest $(PYTEST_ARGS)
+	STREAMMOM_REQUIRE_KAFKA=1 STREAMMOM_KAFKA_LIBS=$(KAFKA_LIBS) $(BIN)/pytest $(XDIST_ARGS) $(PYTEST_ARGS)
 
 unit: install
-	$(BIN)/pytest -m "not kafka" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not kafka" $(XDIST_ARGS) $(PYTEST_ARGS)
 
 demo: $(VENV)/.installed-runtime
 	$(BIN)/streammom demo

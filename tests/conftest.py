@@ -39,11 +39,19 @@ TopicFactory = Callable[..., str]
 BrokerFactory = Callable[..., KafkaBroker]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses a Kafka fixture with ``@pytest.mark.kafka``."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that uses a Kafka fixture with ``@pytest.mark.kafka``.
+
+    Under pytest-xdist (``make test`` runs one worker per core, ``--dist loadgroup``) the Kafka
+    tests also form one group, so a single worker runs them all against one broker JVM while
+    the other workers take the library's tests.
+    """
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if KAFKA_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kafka)
+            if grouped:
+                item.add_marker(pytest.mark.xdist_group(name="kafka"))
 
 
 def kafka_unavailable(reason: str) -> NoReturn:

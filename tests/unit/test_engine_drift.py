@@ -110,10 +110,9 @@ def test_no_version_churn_without_new_data() -> None:
     assert eng.refit() == [] and eng.model_version_ == v
 
 
-def test_a_re_split_grows_its_subtree_again_in_the_same_refit() -> None:
-    """A re-split discards the node's subtree; the refit that makes it gives the leaf budget the
-    other leaves leave to the new children, grown from their reservoirs: after an abrupt drift
-    re-splits the root (no other leaf left), the refit leaves the full tree, not two leaves."""
+def _drift_resplits() -> tuple[int, list[int]]:
+    """Two 10,000-event regimes (batches of 500, a refit each, half-life 1,000): the re-splits
+    the drift makes, and the leaves left by each refit that made one."""
     d, batch = 200, 500
     X1, X2, _ = _two_regimes(d, 10_000, 10_000)
     eng = StreamingHierarchy(d, max_depth=2, half_life=1_000, refit_every=batch,
@@ -125,6 +124,21 @@ def test_a_re_split_grows_its_subtree_again_in_the_same_refit() -> None:
             eng.learn(X[s : s + batch])
             if any(r["event"] == "re-split" for r in eng.lineage_[seen:]):
                 leaves_after_resplit.append(eng.model_.n_leaves)
+    return sum(r["event"] == "re-split" for r in eng.lineage_), leaves_after_resplit
+
+
+@pytest.fixture(scope="module")
+def drift_resplits() -> tuple[int, list[int]]:
+    """:func:`_drift_resplits` at the shipped settings, run once for the tests that read it."""
+    return _drift_resplits()
+
+
+def test_a_re_split_grows_its_subtree_again_in_the_same_refit(
+        drift_resplits: tuple[int, list[int]]) -> None:
+    """A re-split discards the node's subtree; the refit that makes it gives the leaf budget the
+    other leaves leave to the new children, grown from their reservoirs: after an abrupt drift
+    re-splits the root (no other leaf left), the refit leaves the full tree, not two leaves."""
+    _, leaves_after_resplit = drift_resplits
     assert leaves_after_resplit, "the drift made no re-split"
     assert min(leaves_after_resplit) == 4
 
@@ -153,27 +167,16 @@ def test_a_recomputed_split_no_better_than_the_routing_is_not_a_re_split() -> No
 
 
 def test_a_re_split_must_gain_significantly_not_only_on_average(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        drift_resplits: tuple[int, list[int]], monkeypatch: pytest.MonkeyPatch) -> None:
     """The re-split test is a paired z-test over the node's reservoir rows (design §5): the
     drift's re-splits of the test above clear it at the shipped ``RESPLIT_Z``; a bar no gain
     clears refuses every one of them, and the subtree then stays as it was."""
     import streammom.refit as refit_module
     from streammom.refine import gains_significantly
 
-    d, batch = 200, 500
-    X1, X2, _ = _two_regimes(d, 10_000, 10_000)
-
-    def re_splits() -> int:
-        eng = StreamingHierarchy(d, max_depth=2, half_life=1_000, refit_every=batch,
-                                 min_split_weight=100.0, random_state=0)
-        for X in (X1, X2):
-            for s in range(0, X.shape[0], batch):
-                eng.learn(X[s : s + batch])
-        return sum(r["event"] == "re-split" for r in eng.lineage_)
-
-    assert re_splits() > 0
+    assert drift_resplits[0] > 0
     monkeypatch.setattr(refit_module, "RESPLIT_Z", 1e9)
-    assert re_splits() == 0
+    assert _drift_resplits() == (0, [])
     rng = np.random.default_rng(0)
     old = rng.normal(size=500)
     assert gains_significantly(old + 0.2, old, 2.0)  # every row gains: significant
