@@ -440,12 +440,14 @@ class WorkerSettings(_Section):
             "replaying input that ends (embedded mode, the demo): reproducible outputs"
         ),
     )
-    refit_max_held_events: int = Field(
-        default=50_000, ge=1,
+    refit_max_held_events: int | None = Field(
+        default=None, ge=1,
         description=("events read and held at most while a refit runs; then the input is "
-                     "paused (the loop goes on polling) until the refit is back (~1.3 KB a "
-                     "held ~10-code encounter: ~66 MB at 50,000; measured +30 MB of peak RSS "
-                     "against 25,000, and a third of the paused time on a backlog)"),
+                     "paused (the loop goes on polling) until the refit is back. Unset: "
+                     "250,000 when the held events are assigned at once (refit_labels "
+                     "current: each keeps only its codes, ~0.2 KB a ~10-code encounter, "
+                     "~55 MB), 50,000 when their assignments wait for the refit (after_refit: "
+                     "each keeps its whole record, ~1.3 KB, ~66 MB)"),
     )
     refit_timeout_s: float = Field(
         default=600.0, gt=0,

@@ -24,12 +24,15 @@ The catching up is spread over the next calls: each learns held batches worth tw
 batch, and its own batch joins the queue until the queue is empty, so no call pays for the
 whole window. At most ``max_held_events`` are held; past that :meth:`BackgroundRefits.learn`
 waits (bounded memory, counted in ``learn_waits``; a caller that reads its input can pause it
-before that: :attr:`BackgroundRefits.pending` and ``held_events`` tell when). A helper that
-is not ready yet (it is starting) or that failed leaves the refit to the caller's thread, so
-nothing is ever lost or skipped; a helper that failed is started again at the next refit. A
-*light* refit (the refinement alone, while the cost budget cannot afford a full one:
-:meth:`StreamingHierarchy.refit <streammom.engine.StreamingHierarchy.refit>`) runs on the
-caller's thread too: it needs no moment sums, takes ~0.1 s, and the state's trip to the
+before that: :attr:`BackgroundRefits.pending` and ``held_events`` tell when). A batch labelled
+at once (``labels="current"``) is held without its ``token``: only ``on_learned`` reads the
+token, and it has had the batch already — a service's events (ids, offsets, the decoded record)
+weigh ~6 times their codes, so the default bound is then 5 times higher at less memory.
+A helper that is not ready yet (it is starting) or that failed leaves the refit to the
+caller's thread, so nothing is ever lost or skipped; a helper that failed is started again at
+the next refit. A *light* refit (the refinement alone, while the cost budget cannot afford a
+full one: :meth:`StreamingHierarchy.refit <streammom.engine.StreamingHierarchy.refit>`) runs
+on the caller's thread too: it needs no moment sums, takes ~0.1 s, and the state's trip to the
 helper and back would cost the caller more.
 
 >>> from streammom import StreamingHierarchy, Vocabulary
@@ -64,12 +67,20 @@ from streammom.engine import StreamingHierarchy
 from streammom.model import Routing
 from streammom.refit_process import RefitProcess, RefitProcessError
 
-__all__ = ["BackgroundRefits"]
+__all__ = ["HELD_EVENTS_BOUND", "BackgroundRefits"]
 
 _log = logging.getLogger("streammom.refits")
 
 #: Consecutive helper failures after which refits stay in the caller's thread.
 MAX_HELPER_FAILURES = 3
+
+#: The default ``max_held_events`` of each ``labels`` mode: about the same memory in both
+#: (measured on validated ~10-code encounters, ``bench/daemon_defaults.py``'s stream: ~1.3 KB
+#: an event with its record, ~0.2 KB its codes alone — ~65 and ~55 MB at these bounds). On a
+#: backlog the higher bound lets the loop read on through the young refits, which run one after
+#: the other in the helper (~25 s of its CPU over the first 16,000 events at the daemon's
+#: defaults) instead of pausing its input (BENCHMARKS.md "Held events without their records").
+HELD_EVENTS_BOUND: dict[str, int] = {"current": 250_000, "after_refit": 50_000}
 
 
 class BackgroundRefits:
@@ -83,9 +94,11 @@ class BackgroundRefits:
         The helper; None refits in the caller's thread (``engine.learn`` as usual).
     binary : bool, default True
         How events become rows (:meth:`~streammom.vocab.Vocabulary.transform`): 0/1 or counts.
-    max_held_events : int >= 1, default 50_000
+    max_held_events : int >= 1 or None, default None
         Events held at most while a refit runs; the next batch waits for the refit
-        (``learn_waits`` counts those waits).
+        (``learn_waits`` counts those waits). None: :data:`HELD_EVENTS_BOUND` of ``labels``
+        (250,000 with ``"current"``, whose held batches keep only their rows or codes;
+        50,000 with ``"after_refit"``, whose held batches keep their tokens too).
     labels : {"after_refit", "current"}, default "after_refit"
         When a held batch gets its labels: ``"after_refit"`` when it is learned, from the
         model it is learned with (the labels of inline refits, byte for byte); ``"current"``
@@ -101,18 +114,20 @@ class BackgroundRefits:
     """
 
     def __init__(self, engine: StreamingHierarchy, process: RefitProcess | None = None, *,
-                 binary: bool = True, max_held_events: int = 50_000,
+                 binary: bool = True, max_held_events: int | None = None,
                  labels: Literal["after_refit", "current"] = "after_refit",
                  on_learned: Callable[[Any, sp.csr_array, Routing], None] | None = None,
                  on_refit: Callable[[StreamingHierarchy], None] | None = None) -> None:
+        if labels not in ("after_refit", "current"):
+            raise ValueError(f"labels must be 'after_refit' or 'current', got {labels!r}")
+        if max_held_events is None:
+            max_held_events = HELD_EVENTS_BOUND[labels]
         if max_held_events < 1:
             raise ValueError(f"max_held_events must be >= 1, got {max_held_events}")
         self.engine = engine
         self.process = process
         self.binary = binary
         self.max_held_events = int(max_held_events)
-        if labels not in ("after_refit", "current"):
-            raise ValueError(f"labels must be 'after_refit' or 'current', got {labels!r}")
         self.labels = labels
         self.on_learned = on_learned
         self.on_refit = on_refit
@@ -177,7 +192,8 @@ class BackgroundRefits:
             labelled = self.labels == "current"
             if labelled:
                 self._label_now(items, token)
-            self._held.append((items, ts, token, labelled))
+            # a labelled batch's token is not read again: held without it (memory)
+            self._held.append((items, ts, None if labelled else token, labelled))
             self.held_events += n
         else:
             self._learn_now(items, ts, token)

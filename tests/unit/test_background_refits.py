@@ -267,6 +267,56 @@ def test_make_room_catches_up_first_so_a_refit_it_starts_is_not_waited_for(
     assert off.engine.snapshot() == control.engine.snapshot() == inline.snapshot()
 
 
+class _Token:
+    """A batch's token the test can watch being released (``weakref``)."""
+
+
+@pytest.mark.parametrize("labels", ["current", "after_refit"])
+def test_a_held_batch_labelled_at_once_is_held_without_its_token(
+        events: list[list[str]], labels: str) -> None:
+    """With ``labels="current"`` a held batch has had its labels when it is held: its token
+    (a service's decoded events, ~6 times the codes' memory) is released then, not kept until
+    the batch is learned; with ``"after_refit"`` the token is held with the batch and given to
+    ``on_learned`` once it is learned. The default bound of held events follows
+    (``HELD_EVENTS_BOUND``). Same state either way."""
+    import gc
+    import weakref
+
+    from streammom.background_refits import HELD_EVENTS_BOUND
+
+    def engine() -> StreamingHierarchy:
+        return StreamingHierarchy(vocabulary=Vocabulary(capacity=96), max_leaves=8,
+                                  reservoir_size=256, refit_every=500)
+
+    inline = engine()
+    inline.learn(events[:500])
+    inline.learn(events[500:900])
+    tokens_seen: list[object] = []
+    helper = _GatedHelper()
+    assert helper.wait_ready(120.0), "the refit process did not start"
+    off = BackgroundRefits(engine(), helper, labels=labels,  # type: ignore[arg-type]
+                           on_learned=lambda token, X, routing: tokens_seen.append(token))
+    assert off.max_held_events == HELD_EVENTS_BOUND[labels]
+    assert HELD_EVENTS_BOUND["current"] > HELD_EVENTS_BOUND["after_refit"]
+    off.learn(events[:500], token=_Token())
+    assert off.pending  # the first refit, in the helper (collected once the gate opens)
+    token = _Token()
+    watch = weakref.ref(token)
+    off.learn(events[500:900], token=token)
+    assert off.held_events == 400
+    del token
+    tokens_seen.clear()
+    gc.collect()
+    assert (watch() is None) == (labels == "current")
+    helper.gate_open = True
+    off.settle()
+    helper.close()
+    assert off.engine.snapshot() == inline.snapshot()
+    # after_refit: the held token reaches on_learned when its batch is learned
+    assert [t is not None and t is watch() for t in tokens_seen] == (
+        [] if labels == "current" else [True])
+
+
 def test_without_a_helper_refits_run_inline(events: list[list[str]],
                                             inline_run: tuple[bytes, list]) -> None:
     labels = Labels()

@@ -18,6 +18,7 @@ from service.metrics import WorkerMetrics
 from service.synthetic import generate_cohort
 from service.transport import Record
 from service.worker import Worker
+from streammom.background_refits import HELD_EVENTS_BOUND
 
 N = 6_000
 
@@ -40,6 +41,8 @@ def test_the_helper_leaves_the_state_and_outputs_of_refits_on_the_loop(tmp_path:
     inline, inline_broker = _run(tmp_path, "inline", helper=False)
     off, broker = _run(tmp_path, "helper", helper=True, labels="after_refit")
     assert off._refits is not None and off._refits.helper_refits >= 2
+    # unset, the bound of held events is the one for events held whole (with their records)
+    assert off._refits.max_held_events == HELD_EVENTS_BOUND["after_refit"]
     assert off._refits.helper_failures == 0
     # the final checkpoint holds the same bytes of state as the loop's own refits give
     stored = CheckpointStore(off.store.directory).load()
@@ -71,6 +74,8 @@ def test_by_default_events_read_during_a_refit_are_assigned_at_once(tmp_path: Pa
     inline, inline_broker = _run(tmp_path, "inline", helper=False)
     off, broker = _run(tmp_path, "helper", helper=True)
     assert off._refits is not None and off._refits.helper_refits >= 2
+    # unset, the bound of held events is the one for events held as their codes alone
+    assert off._refits.max_held_events == HELD_EVENTS_BOUND["current"]
     assert off.engine.snapshot() == inline.engine.snapshot()
     got = [json.loads(r.value) for r in broker.records(off.topics.assignments)]
     want = [json.loads(r.value) for r in inline_broker.records(inline.topics.assignments)]
