@@ -449,6 +449,12 @@ class WorkerSettings(_Section):
                      "~55 MB), 50,000 when their assignments wait for the refit (after_refit: "
                      "each keeps its whole record, ~1.3 KB, ~66 MB)"),
     )
+    refit_max_held_features: int = Field(
+        default=2_500_000, ge=1,
+        description=("codes or tokens of the held events together, at most (long documents "
+                     "weigh more than short encounters): past it the input is paused as past "
+                     "refit_max_held_events (~20-60 B a held code or token: <= ~50-150 MB)"),
+    )
     refit_timeout_s: float = Field(
         default=600.0, gt=0,
         description="a refit in the helper running longer is abandoned and done on the loop",

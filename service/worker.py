@@ -210,6 +210,7 @@ class Worker:
         process = self._refit_process
         self._refits = BackgroundRefits(self.engine, process, binary=self._binary,
                                         max_held_events=w.refit_max_held_events,
+                                        max_held_features=w.refit_max_held_features,
                                         labels=refit_labels(w.refit_labels,
                                                             replay=self.exit_when_idle),
                                         on_learned=self._on_learned, on_refit=self._on_refit)

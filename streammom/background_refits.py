@@ -22,10 +22,12 @@ long the refit took.
 
 The catching up is spread over the next calls: each learns held batches worth twice its own
 batch, and its own batch joins the queue until the queue is empty, so no call pays for the
-whole window. At most ``max_held_events`` are held; past that :meth:`BackgroundRefits.learn`
-waits (bounded memory, counted in ``learn_waits``; a caller that reads its input can pause it
-before that: :attr:`BackgroundRefits.pending` and ``held_events`` tell when). A batch labelled
-at once (``labels="current"``) is held without its ``token``: only ``on_learned`` reads the
+whole window. At most ``max_held_events`` are held, with at most ``max_held_features``
+features between them (codes, tokens, or the rows' non-zeros: long documents weigh more than
+short encounters); past that :meth:`BackgroundRefits.learn` waits (bounded memory, counted
+in ``learn_waits``; a caller that reads its input can pause it before that:
+:attr:`BackgroundRefits.pending` and :meth:`BackgroundRefits.would_wait` tell when). A batch
+labelled at once (``labels="current"``) is held without its ``token``: only ``on_learned`` reads the
 token, and it has had the batch already — a service's events (ids, offsets, the decoded record)
 weigh ~6 times their codes, so the default bound is then 5 times higher at less memory.
 A helper that is not ready yet (it is starting) or that failed leaves the refit to the
@@ -67,7 +69,7 @@ from streammom.engine import StreamingHierarchy
 from streammom.model import Routing
 from streammom.refit_process import RefitProcess, RefitProcessError
 
-__all__ = ["HELD_EVENTS_BOUND", "BackgroundRefits"]
+__all__ = ["HELD_EVENTS_BOUND", "HELD_FEATURES_BOUND", "BackgroundRefits"]
 
 _log = logging.getLogger("streammom.refits")
 
@@ -81,6 +83,12 @@ MAX_HELPER_FAILURES = 3
 #: the other in the helper (~25 s of its CPU over the first 16,000 events at the daemon's
 #: defaults) instead of pausing its input (BENCHMARKS.md "Held events without their records").
 HELD_EVENTS_BOUND: dict[str, int] = {"current": 250_000, "after_refit": 50_000}
+
+#: The default ``max_held_features``: the features (codes, tokens, non-zeros) of the held events
+#: together, so that long documents are bounded too (~20 B a held code of an encounter, up to
+#: ~60 B a token of a document whose words the JSON parser does not share: ≤ ~50–150 MB);
+#: 250,000 encounters of ~10 codes.
+HELD_FEATURES_BOUND = 2_500_000
 
 
 class BackgroundRefits:
@@ -99,6 +107,9 @@ class BackgroundRefits:
         (``learn_waits`` counts those waits). None: :data:`HELD_EVENTS_BOUND` of ``labels``
         (250,000 with ``"current"``, whose held batches keep only their rows or codes;
         50,000 with ``"after_refit"``, whose held batches keep their tokens too).
+    max_held_features : int >= 1, default HELD_FEATURES_BOUND
+        Features (codes or tokens of raw events, non-zeros of rows) of the held events
+        together, at most; past it the next batch waits as past ``max_held_events``.
     labels : {"after_refit", "current"}, default "after_refit"
         When a held batch gets its labels: ``"after_refit"`` when it is learned, from the
         model it is learned with (the labels of inline refits, byte for byte); ``"current"``
@@ -115,6 +126,7 @@ class BackgroundRefits:
 
     def __init__(self, engine: StreamingHierarchy, process: RefitProcess | None = None, *,
                  binary: bool = True, max_held_events: int | None = None,
+                 max_held_features: int = HELD_FEATURES_BOUND,
                  labels: Literal["after_refit", "current"] = "after_refit",
                  on_learned: Callable[[Any, sp.csr_array, Routing], None] | None = None,
                  on_refit: Callable[[StreamingHierarchy], None] | None = None) -> None:
@@ -124,19 +136,24 @@ class BackgroundRefits:
             max_held_events = HELD_EVENTS_BOUND[labels]
         if max_held_events < 1:
             raise ValueError(f"max_held_events must be >= 1, got {max_held_events}")
+        if max_held_features < 1:
+            raise ValueError(f"max_held_features must be >= 1, got {max_held_features}")
         self.engine = engine
         self.process = process
         self.binary = binary
         self.max_held_events = int(max_held_events)
+        self.max_held_features = int(max_held_features)
         self.labels = labels
         self.on_learned = on_learned
         self.on_refit = on_refit
         self.held_events = 0  # events held, waiting to be learned
+        self.held_features = 0  # their features (codes, tokens, non-zeros) together
         self.helper_refits = 0  # refits collected from the helper
         self.helper_failures = 0  # every failure of the helper, counted (metrics)
         self.learn_waits = 0  # learn calls that waited for the helper (held events at bound)
         self._consecutive_failures = 0
-        self._held: deque[tuple[Any, np.ndarray | None, Any, bool]] = deque()
+        # (items, timestamps, token, labelled, features)
+        self._held: deque[tuple[Any, np.ndarray | None, Any, bool, int]] = deque()
         self._pending = False
         self._room_made = False  # make_room ran since the last learn, poll or drain
         if process is not None:
@@ -156,8 +173,18 @@ class BackgroundRefits:
     def would_wait(self, n: int) -> bool:
         """Whether :meth:`learn` of a batch of ``n`` events would wait for the refit running in
         the helper: one runs, and holding the batch would take the held events past
-        ``max_held_events`` (a caller that reads its input pauses it instead)."""
-        return self._pending and self.held_events + n > self.max_held_events
+        ``max_held_events``, or their features past ``max_held_features`` (the batch's counted
+        at the held events' mean: it is not read yet) — a caller that reads its input pauses
+        it instead."""
+        if not self._pending:
+            return False
+        features = n * self.held_features // self.held_events if self.held_events else 0
+        return self._over(n, features)
+
+    def _over(self, n: int, features: int) -> bool:
+        """Holding ``n`` more events with ``features`` features would pass a bound."""
+        return (self.held_events + n > self.max_held_events
+                or self.held_features + features > self.max_held_features)
 
     def make_room(self, n: int) -> bool:
         """What :meth:`learn` does first for a batch of ``n`` events, done now: collect a
@@ -178,23 +205,25 @@ class BackgroundRefits:
         first learns held batches worth up to twice its own size, in order (unless
         :meth:`make_room` just did)."""
         n = _size(items)
+        features = _features(items)
         if not self._room_made:
             self.make_room(n)
         self._room_made = False
-        while self.holding and self.held_events + n > self.max_held_events:
+        while self.holding and self._over(n, features):
             if self._pending:
                 self.learn_waits += 1
                 self.poll(timeout=None)
             else:
-                self.drain(self.held_events + n - self.max_held_events)
+                self.drain(max(1, self.held_events + n - self.max_held_events))
         ts = None if timestamps is None else np.asarray(timestamps, dtype=np.float64)
         if self.holding:
             labelled = self.labels == "current"
             if labelled:
                 self._label_now(items, token)
             # a labelled batch's token is not read again: held without it (memory)
-            self._held.append((items, ts, None if labelled else token, labelled))
+            self._held.append((items, ts, None if labelled else token, labelled, features))
             self.held_events += n
+            self.held_features += features
         else:
             self._learn_now(items, ts, token)
 
@@ -228,9 +257,10 @@ class BackgroundRefits:
         learned = 0
         while self._held and not self._pending and (max_events is None
                                                      or learned < max_events):
-            items, ts, token, labelled = self._held.popleft()
+            items, ts, token, labelled, features = self._held.popleft()
             size = _size(items)
             self.held_events -= size
+            self.held_features -= features
             learned += size
             self._learn_now(items, ts, token, labelled)
 
@@ -309,3 +339,9 @@ class BackgroundRefits:
 def _size(items: Any) -> int:
     """Events in a batch: raw events or rows."""
     return items.shape[0] if sp.issparse(items) else len(items)
+
+
+def _features(items: Any) -> int:
+    """Features in a batch: the codes or tokens of raw events (each event's ``len``), or the
+    non-zeros of rows."""
+    return int(items.nnz) if sp.issparse(items) else sum(map(len, items))

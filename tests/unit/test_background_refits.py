@@ -208,6 +208,24 @@ def test_held_events_never_pass_the_bound(events: list[list[str]],
     assert off.engine.snapshot() == inline_run[0]
 
 
+def test_held_features_never_pass_their_bound(events: list[list[str]],
+                                              inline_run: tuple[bytes, list],
+                                              helper: RefitProcess) -> None:
+    """Long documents weigh more than short encounters: the held events' features (codes,
+    tokens) are bounded as well as their count; the state is that of inline refits."""
+    bound = 2 * sum(map(len, events[:BATCH]))  # about two batches' codes
+    off = BackgroundRefits(_engine(), helper, max_held_events=10**9, max_held_features=bound)
+    most = 0
+    for a in range(0, N_EVENTS, BATCH):
+        off.learn(events[a:a + BATCH])
+        assert off.held_features <= bound
+        assert off.held_features == sum(map(len, (e for b in off._held for e in b[0])))
+        most = max(most, off.held_events)
+    off.settle()
+    assert off.held_features == 0 and most > 0  # batches were held, within the bound
+    assert off.engine.snapshot() == inline_run[0]
+
+
 class _GatedHelper(RefitProcess):
     """A real helper whose finished refits are collected only once the gate is open: the
     timing of a slow refit, made deterministic (a waiting collect still waits for it)."""
