@@ -115,7 +115,8 @@ class WorkerMetrics:
         self.input_paused = Gauge(
             "streammom_input_paused",
             "1 while the input is paused: a refit runs in the helper and the events held meanwhile "
-            "are at worker.refit_max_held_events (backpressure; the loop keeps polling).",
+            "are at worker.refit_max_held_events, or their codes at "
+            "worker.refit_max_held_features (backpressure; the loop keeps polling).",
             registry=r,
         )
         self.input_paused_seconds = Counter(
