@@ -205,10 +205,11 @@ class BackgroundRefits:
         first learns held batches worth up to twice its own size, in order (unless
         :meth:`make_room` just did)."""
         n = _size(items)
-        features = _features(items)
         if not self._room_made:
             self.make_room(n)
         self._room_made = False
+        # counted only for a batch that may be held (nothing holds after make_room: it is not)
+        features = _features(items) if self.holding else 0
         while self.holding and self._over(n, features):
             if self._pending:
                 self.learn_waits += 1
