@@ -3,8 +3,8 @@
 A batch is a matrix (scipy.sparse or dense, n × d, non-negative; binary for the Bernoulli
 family is the caller's choice) or — when the engine has a vocabulary — raw events: token lists
 (``["E11.9", "I10"]``) or count mappings (``{"word": 3}``). One event (``learn_one`` /
-``predict_one``) is a token list, a count mapping, or a 1-D vector of length d. Timestamps are
-finite event times in seconds, one per row.
+``predict_one``) is a token list, a count mapping, or a vector of length d (dense or sparse, or
+a batch of one row). Timestamps are finite event times in seconds, one per row.
 """
 
 from __future__ import annotations
@@ -32,7 +32,17 @@ def looks_like_events(X: Any) -> bool:
 
 def one_event(event: Any, *, has_vocabulary: bool) -> Any:
     """A one-row batch from one event: ``[event]`` for a token list or count mapping (needs a
-    vocabulary), a 1 × d array for a vector."""
+    vocabulary), a 1 × d array for a vector, dense or sparse (a 1-D sparse row, or a batch
+    holding one row, is taken as that row).
+
+    >>> import scipy.sparse as sp
+    >>> one_event(sp.csr_array(np.eye(2, 3))[[1]], has_vocabulary=False).toarray().tolist()
+    [[0.0, 1.0, 0.0]]
+    >>> one_event(np.ones((2, 3)), has_vocabulary=False)
+    Traceback (most recent call last):
+    ...
+    ValueError: one event must be a vector of length d (or one row), got shape (2, 3)
+    """
     raw = isinstance(event, Mapping) or (
         isinstance(event, list | tuple) and (not event or isinstance(event[0], str)))
     if raw:
@@ -40,10 +50,13 @@ def one_event(event: Any, *, has_vocabulary: bool) -> Any:
             raise ValueError("token lists and count mappings need an engine with a vocabulary "
                              "(StreamingHierarchy(vocabulary=Vocabulary()))")
         return [event]
-    row = np.asarray(event, dtype=np.float64)
-    if row.ndim != 1:
-        raise ValueError(f"one event must be 1-D (a vector of length d), got shape {row.shape}")
-    return row.reshape(1, -1)
+    shape = event.shape if sp.issparse(event) else np.shape(event)
+    if not (len(shape) == 1 or (len(shape) == 2 and shape[0] == 1)):
+        raise ValueError(f"one event must be a vector of length d (or one row), got shape "
+                         f"{shape}")
+    if sp.issparse(event):
+        return sp.csr_array(event.reshape(1, -1) if len(shape) == 1 else event)
+    return np.asarray(event, dtype=np.float64).reshape(1, -1)
 
 
 def check_timestamps(timestamps: Any, n: int, *, required: bool) -> np.ndarray | None:

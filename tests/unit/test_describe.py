@@ -76,5 +76,20 @@ def test_learn_one_is_learn_on_a_batch_of_one() -> None:
 def test_one_event_errors_say_what_is_wrong() -> None:
     with pytest.raises(ValueError, match="vocabulary"):
         StreamingHierarchy(4).learn_one(["E11.9"])
-    with pytest.raises(ValueError, match="1-D"):
+    with pytest.raises(ValueError, match=r"a vector of length d \(or one row\)"):
         StreamingHierarchy(4).predict_one(sp.csr_array(np.ones((2, 4))).toarray())
+    with pytest.raises(ValueError, match=r"got shape \(2, 4\)"):
+        StreamingHierarchy(4).learn_one(sp.csr_array(np.ones((2, 4))))
+
+
+def test_one_event_may_be_a_sparse_row_or_a_batch_of_one_row() -> None:
+    """A row cut from a sparse batch (1-D, or 1 × d) or a 1 × d dense row is one event: the
+    same state as the dense vector."""
+    X = sp.csr_array(np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]]))
+    ways = [lambda i: X[[i]], lambda i: X[i], lambda i: X[[i]].toarray(),
+            lambda i: X[[i]].toarray().ravel()]
+    engines = [StreamingHierarchy(4) for _ in ways]
+    for eng, way in zip(engines, ways, strict=True):
+        assert [eng.learn_one(way(i)) for i in (0, 1, 0)] == [0, 0, 0]
+        assert eng.predict_one(way(1)) == 0
+    assert len({eng.snapshot() for eng in engines}) == 1 and engines[0].n_events_seen_ == 3
