@@ -155,9 +155,10 @@ class StreamingHierarchy(Estimator):
     family : {"auto", "bernoulli", "multinomial"}, default "auto"
         The model of an event: ``"bernoulli"`` (code sets, raw moments) or ``"multinomial"``
         (token counts, single-topic estimators). ``"auto"`` takes it from the first batch
-        learned (:func:`streammom.estimators.resolve_family`: binary → Bernoulli, counts →
-        multinomial) and keeps it: it is ``family_``, stored in snapshots; a later batch with
-        counts under a Bernoulli ``family_`` is refused with a clear error.
+        learned with an entry (:func:`streammom.estimators.resolve_family`: binary →
+        Bernoulli, counts → multinomial; empty events before it are kept) and keeps it: it
+        is ``family_``, stored in snapshots; a later batch with counts under a Bernoulli
+        ``family_`` is refused with a clear error.
     em : bool, default True
     em_max_iter : int >= 1, default 100
         Likelihood refinement (:mod:`streammom.refine`): every refit ends with at most
@@ -317,7 +318,7 @@ class StreamingHierarchy(Estimator):
             raise ValueError(f"StreamingHierarchy: n_features must be an int or None, "
                              f"got {n_features!r}")
 
-        # the family of the sums; with "auto" provisional until the first batch learned
+        # the family of the sums; with "auto" provisional until the first batch with an entry
         self.family_: Family = "bernoulli" if family == "auto" else family
         self._family_pending = family == "auto"
         self.n_features_: int | None = None
@@ -427,7 +428,7 @@ class StreamingHierarchy(Estimator):
         else:
             X = as_csr(X, self.n_features_)
         X.eliminate_zeros()
-        if self._family_pending and learning and X.shape[0]:
+        if self._family_pending and learning and X.nnz:  # empty rows say nothing of it
             self._resolve_family(X)
         if not self._family_pending:
             self._check_family(X)
@@ -436,12 +437,23 @@ class StreamingHierarchy(Estimator):
         return X
 
     def _resolve_family(self, X: sp.csr_array) -> None:
-        """``family="auto"``: fix ``family_`` from the first batch learned. Nothing has been
-        learned yet, so the (empty) tree is rebuilt with accumulators of that family."""
+        """``family="auto"``: fix ``family_`` from the first batch learned that holds an entry
+        (a batch of empty rows says nothing of the family). When nothing has been learned the
+        (empty) tree is rebuilt with accumulators of that family. Events learned before were
+        all empty: the provisional sums hold their weights and nothing else (s, C and T zero,
+        and T₁ = T₂ = T₃ = 0 for token counts: ``estimators.single_topic_normalisers``),
+        which are the same sums in either family, so they are relabelled, not lost."""
         self.family_ = resolve_family("auto", X)
         self._family_pending = False
-        if self.n_features_ is not None:
+        if self.n_features_ is None:
+            return
+        if not self.n_events_seen_:
             self._init_tree(self.n_features_)
+            return
+        for v in self.nodes_.values():
+            v.acc.family = self.family_
+            v.score = None
+        self._rebuild_model()
 
     def _check_family(self, X: sp.csr_array) -> None:
         try:
@@ -449,7 +461,7 @@ class StreamingHierarchy(Estimator):
         except ValueError as exc:
             if self.family != "auto":
                 raise
-            raise ValueError(f"family='auto' took 'bernoulli' from the first batch learned "
+            raise ValueError(f"family='auto' took 'bernoulli' from the first batch with an entry "
                              f"(binary); this batch has counts: {exc}") from None
 
     def _columns_in_use(self, X: sp.csr_array, vocab: Vocabulary) -> sp.csr_array:

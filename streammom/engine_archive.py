@@ -225,6 +225,9 @@ def engine_from_archive(
                 score=(LeafScore(np.array(sub["score_w"], dtype=np.float64),
                                  float(meta["score_b"])) if "score_b" in meta else None),
             )
+        if eng._family_pending and any(v.acc.s.any() for v in nodes.values()):
+            raise SnapshotFormatError("malformed engine snapshot: family='auto' not taken "
+                                      "yet, but the sums hold entries")
         if any(v.acc.family != eng.family_ for v in nodes.values()):
             raise SnapshotFormatError(f"malformed engine snapshot: sums of another family "
                                       f"than the engine's {eng.family_!r}")
@@ -262,15 +265,12 @@ def engine_from_archive(
 
 
 def _restore_family(eng: StreamingHierarchy, state: Mapping[str, Any]) -> None:
-    """``family="auto"``: the family the archived engine took from its first batch, or still
-    none (then it has learned nothing)."""
+    """``family="auto"``: the family the archived engine took from its first batch with an
+    entry, or still none (then every event it learned was empty: checked on its sums)."""
     if eng.family != "auto":
         return
     taken = state.get("family")
     if taken is None:
-        if eng.n_events_seen_:
-            raise SnapshotFormatError("malformed engine snapshot: family='auto' with events "
-                                      "learned but no family taken")
         return
     eng.family_ = check_family(taken)
     eng._family_pending = False

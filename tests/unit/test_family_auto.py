@@ -103,11 +103,38 @@ def test_snapshots_keep_the_family_taken() -> None:
     assert fresh.family_ == "multinomial"
 
 
+@pytest.mark.parametrize(("data", "family"), [(_binary, "bernoulli"), (_counts, "multinomial")])
+def test_empty_events_first_leave_the_family_to_the_first_entries(data, family) -> None:
+    """A stream whose first batches are empty rows (events without a code) takes its family
+    from the first batch with an entry, and keeps the empty events: the sums, the model and
+    the labels are those of the stream with that family given."""
+    X = sp.vstack([sp.csr_array((700, 60)), data(2_000)]).tocsr()
+    auto, given = _stream(X), _stream(X, family=family)
+    assert auto.family_ == family and not auto._family_pending
+    assert auto.n_events_seen_ == given.n_events_seen_ == 2_700
+    root = auto.nodes_[auto.root_id_].acc
+    assert root.weight == given.nodes_[given.root_id_].acc.weight == 2_700
+    assert auto.model_ is not None and auto.model_.family == family
+    assert auto.model_.n_leaves == given.model_.n_leaves > 1
+    np.testing.assert_array_equal(auto.predict(X), given.predict(X))
+
+
+def test_a_snapshot_before_the_family_keeps_its_empty_events() -> None:
+    eng = _stream(sp.csr_array((700, 60)))
+    assert eng._family_pending and eng.n_events_seen_ == 700
+    restored = StreamingHierarchy.restore(eng.snapshot())
+    assert restored._family_pending and restored.n_events_seen_ == 700
+    X = _counts(1_000)
+    for e in (eng, restored):
+        e.partial_fit(X)
+    assert restored.family_ == "multinomial" and restored.snapshot() == eng.snapshot()
+
+
 def test_hostile_family_in_a_snapshot_is_refused() -> None:
     eng = _stream(_counts(600))
     manifest, arrays = eng.to_archive()
     for state_family, match in (("bernoulli", "family"), ("poisson", "family"),
-                                (None, "no family taken")):
+                                (None, "not taken yet, but the sums hold entries")):
         bad = copy.deepcopy(manifest)
         bad["state"]["family"] = state_family
         with pytest.raises(SnapshotFormatError, match=match):
