@@ -56,6 +56,7 @@ from scipy.special import gammaln
 from streammom import _kernels, shrinkage
 from streammom._validation import as_csr, as_weights, with_int32_indices
 from streammom.estimators import Family, check_family, check_family_data
+from streammom.held_rates import UnheldRates, em_held_columns
 from streammom.projection import floor_simplex
 
 __all__ = [
@@ -313,18 +314,21 @@ def _m_step(
     family: str,
     prior: SumsPrior | None = None,
     shrink: _Shrink | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+    eps: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """M-step from the expected sufficient statistics ST (d, k) = Xᵀ (w ∘ R) and
     nk (k,) = Σ_i w_i r_ij (:func:`streammom._kernels.em_pass`), with ``prior``'s
     pseudo-counts added (:class:`SumsPrior`) and, with ``shrink``, the Bernoulli rates shrunk
-    toward the pooled rates (:mod:`streammom.shrinkage`)."""
+    toward the pooled rates (:mod:`streammom.shrinkage`). ``eps``: the clamp (default that of
+    ST's d columns; the vocabulary's when ST holds some of its columns only). Returns (μ, ω,
+    the components with mass, whose centres were updated)."""
     S = ST.T  # (k, d) expected (weighted) sufficient statistics
     if prior is not None:
         lam = prior.share
         S = lam[:, None] * S + (1.0 - lam)[:, None] * prior.sums
         nk = lam * nk + (1.0 - lam) * prior.mass
     total = float(nk.sum())
-    eps = _mu_floor(S.shape[1])
+    eps = _mu_floor(S.shape[1]) if eps is None else eps
     empty = nk <= _EMPTY_REL * total
     mu = mu_old.copy()
     full = ~empty
@@ -335,7 +339,7 @@ def _m_step(
         counts = S[full]
         has_tokens = counts.sum(axis=1) > 0
         mu[np.flatnonzero(full)[has_tokens]] = floor_simplex(counts[has_tokens], eps)
-    return mu, nk / total
+    return mu, nk / total, full
 
 
 class _Shrink:
@@ -381,7 +385,10 @@ def fit_mixture_em(
     (Bernoulli): every M-step shrinks the rates toward the pooled rates by empirical Bayes
     (:mod:`streammom.shrinkage`; ``log_likelihood`` is again the rows' own); an array instead
     of True is the (d,) prior strengths τ to use throughout, none estimated (a shrunk fit's
-    ``prior_strengths``, for a few more steps of it).
+    ``prior_strengths``, for a few more steps of it). A Bernoulli EM whose rows (and prior)
+    hold at most a quarter of the d columns runs on those columns, the others' rates carried as
+    one constant a component (:mod:`streammom.held_rates`): the same fit up to rounding, at
+    O(k · d) once instead of once a step.
     """
     check_family(family)
     if tol < 0 or max_iter < 0:
@@ -397,9 +404,20 @@ def fit_mixture_em(
         raise ValueError("the sample weights sum to 0")
     mu, om = prepare_parameters(mu0, weights_init, family)
     const = _row_constant(Xc, family)
-    shrinker = _shrinker(shrink, family, mu.shape[1])
+    d = mu.shape[1]
+    eps = _mu_floor(d)
+    shrinker = _shrinker(shrink, family, d)
 
     Xc = with_int32_indices(Xc)
+    held = None if family != "bernoulli" else em_held_columns(
+        Xc, None if prior is None else prior.sums)
+    unheld = None if held is None else UnheldRates.split(mu, held, eps)
+    if unheld is not None:  # module held_rates: the EM on the columns the rows hold
+        Xc, mu = unheld.restrict(Xc), mu[:, unheld.held]
+        if prior is not None:
+            prior = SumsPrior(prior.sums[:, unheld.held], prior.mass, prior.share)
+        if shrinker is not None and shrinker.tau is not None:
+            shrinker.tau = shrinker.tau[unheld.held]
     ST = np.empty((Xc.shape[1], mu.shape[0]))
     nk = np.empty(mu.shape[0])
 
@@ -408,6 +426,8 @@ def fit_mixture_em(
         β < 1 tempers the responsibilities, r_ij ∝ exp(β log p(x_i, j)): β scales the linear
         form, and the returned value is then the tempered one (not a log-likelihood)."""
         A, b = log_linear_params(mu, om, family)
+        if unheld is not None:
+            b = b + unheld.offset
         if beta != 1.0:
             A, b = beta * A, beta * b
         ST.fill(0.0)
@@ -415,9 +435,14 @@ def fit_mixture_em(
         return float(_kernels.em_pass(Xc.indptr, Xc.indices, Xc.data, w,
                                       np.ascontiguousarray(A.T), b, const, ST, nk))
 
+    def m_step(mu: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """(μ, ω, the unheld columns' squared change) of one M-step."""
+        mu_new, om, full = _m_step(ST, nk, mu, family, prior, shrinker, eps)
+        return mu_new, om, 0.0 if unheld is None else unheld.advance(full)
+
     for beta in betas:
         e_step(mu, om, float(beta))
-        mu, om = _m_step(ST, nk, mu, family, prior, shrinker)
+        mu, om, _ = m_step(mu)
 
     ll = e_step(mu, om)
     history = [ll]
@@ -425,14 +450,20 @@ def fit_mixture_em(
     n_iter = 0
     while n_iter < max_iter:
         n_iter += 1
-        mu_new, om = _m_step(ST, nk, mu, family, prior, shrinker)
-        delta = float(np.linalg.norm(mu_new - mu))
+        mu_new, om, unheld_change = m_step(mu)
+        delta = float(np.sqrt(np.linalg.norm(mu_new - mu) ** 2 + unheld_change)
+                      if unheld_change else np.linalg.norm(mu_new - mu))
         mu = mu_new
         ll = e_step(mu, om)
         history.append(ll)
         if delta < tol:
             converged = True
             break
+    tau = None if shrinker is None else shrinker.tau
+    if unheld is not None:
+        mu = unheld.scatter(mu)
+        if tau is not None:
+            tau = unheld.scatter_strengths(tau, shrink)
     return MixtureEMResult(
         means=mu,
         weights=om,
@@ -440,7 +471,7 @@ def fit_mixture_em(
         converged=converged,
         log_likelihood=ll,
         history=tuple(history),
-        prior_strengths=None if shrinker is None else shrinker.tau,
+        prior_strengths=tau,
     )
 
 
