@@ -33,13 +33,22 @@ import scipy.sparse as sp
 
 from streammom.shrinkage import TAU_RANGE
 
-__all__ = ["HELD_SHARE", "UnheldRates", "em_held_columns"]
+__all__ = ["HELD_SHARE", "UnheldRates", "em_held_columns", "held_share"]
 
 #: The EM works on the held columns when they are at most this share of the columns: there its
 #: dense parts cost a quarter of the full ones or less. ICD-shaped code streams (d ≈ 9,000)
 #: are there at every refit; the 500-code synthetic streams, whose rows hold 30–100 % of the
 #: columns, keep the full computation.
 HELD_SHARE = 0.25
+
+
+def held_share(X: sp.csr_array) -> float:
+    """The share of ``X``'s columns that hold a stored entry (1.0 for a matrix of no column).
+
+    >>> held_share(sp.csr_array(np.eye(2, 8)))
+    0.25
+    """
+    return np.unique(X.indices).size / X.shape[1] if X.shape[1] else 1.0
 
 
 def em_held_columns(X: sp.csr_array, prior_sums: np.ndarray | None) -> np.ndarray | None:

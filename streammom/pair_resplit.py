@@ -69,6 +69,8 @@ import scipy.sparse.linalg as spla
 from streammom.decompose import top_eigenpairs
 from streammom.estimators import Family
 from streammom.evidence import EvidenceCache, better_fit
+from streammom.held_columns import held_columns
+from streammom.held_rates import HELD_SHARE, held_share
 from streammom.mixture import (
     MixtureEMResult,
     fit_from_partition,
@@ -89,7 +91,10 @@ def between_direction(rows: sp.csr_array, row_weight: np.ndarray, family: Family
                       random_state: int = 0) -> np.ndarray | None:
     """Each row's centred projection on the top eigenvector of the rows' between-component
     covariance B (module docstring); None when B has no positive direction (one component,
-    or no row with second-order information).
+    or no row with second-order information). B is zero in the rows and columns of the codes
+    no row holds, so when they hold at most :data:`~streammom.held_rates.HELD_SHARE` of d the
+    Lanczos solve runs on the held columns (:mod:`streammom.held_columns`), from the same
+    start vector's entries there.
 
     >>> X = sp.csr_array(np.array([[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1],
     ...                            [0, 0, 1, 1.]]))
@@ -98,6 +103,10 @@ def between_direction(rows: sp.csr_array, row_weight: np.ndarray, family: Family
     True
     """
     n, d = rows.shape
+    start = np.random.default_rng(random_state).uniform(0.5, 1.5, size=d)  # Lanczos' v0
+    if held_share(rows) <= HELD_SHARE:  # B vanishes on the columns no row holds: work on the rest
+        rows, cols = held_columns(rows)
+        d, start = cols.size, start[cols]
     if family == "multinomial":
         t = np.asarray(rows.sum(axis=1)).ravel()
         scale = np.where(t >= 2, 1.0 / np.maximum(t * (t - 1), 1.0), 0.0)
@@ -124,7 +133,7 @@ def between_direction(rows: sp.csr_array, row_weight: np.ndarray, family: Family
                     + m_bar * m_bar * v)
     op = spla.LinearOperator((d, d), matvec=matvec, dtype=float)
     try:
-        values, vectors = top_eigenpairs(op, 1, random_state=random_state, tol=_EIG_TOL)
+        values, vectors = top_eigenpairs(op, 1, tol=_EIG_TOL, v0=start)
     except (ValueError, spla.ArpackError):
         return None
     if not values[0] > _EIG_FLOOR * float(m_bar @ m_bar):  # no direction above round-off
