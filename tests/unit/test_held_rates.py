@@ -86,3 +86,21 @@ def test_rows_that_hold_most_columns_take_the_full_em() -> None:
     sums[1, 5] = 1.0  # a pseudo-count's column is held too
     assert held_rates.em_held_columns(sp.csr_array(np.eye(2, 20)), np.pad(sums, ((0, 0), (0, 10)))
                                       ).tolist() == [0, 1, 5]
+
+
+def test_the_pair_direction_on_the_held_columns_is_the_one_in_every_column(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The between-component direction of rows that hold a twentieth of the columns, solved on
+    those columns, projects the rows as the solve in R^d does (to Lanczos' tolerance)."""
+    from streammom import pair_resplit
+
+    rng = np.random.default_rng(3)
+    X = _wide_rows(rng, 300, 4_000, 2)
+    assert held_rates.held_share(X) <= held_rates.HELD_SHARE
+    weight = rng.uniform(0.5, 2.0, 300)
+    held = pair_resplit.between_direction(X, weight, "bernoulli")
+    monkeypatch.setattr(pair_resplit, "HELD_SHARE", -1.0)
+    full = pair_resplit.between_direction(X, weight, "bernoulli")
+    assert held is not None and full is not None
+    np.testing.assert_allclose(held, full, atol=1e-3 * np.abs(full).max())
+    assert np.corrcoef(held, full)[0, 1] > 0.999999
