@@ -1,8 +1,9 @@
 """A Bernoulli EM on the columns its rows hold: the other columns' rates as one number a component.
 
 A refit's EM (:func:`streammom.mixture.fit_mixture_em`) runs on a few thousand rows of a wide
-code set: ICD-shaped rows of d ≈ 9,000 codes hold 10–30 % of them at a 2,000-event stream's
-refits, and 1,000 rows of a 50,000-code vocabulary hold 1,676. Each EM step, though, costs
+code set: the EM fits of a 2,000-event ICD-shaped stream (d ≈ 9,000 codes) run on rows that
+hold under 10 % of them for the most part (the rest 10–30 %), and 1,000 rows of a 50,000-code
+vocabulary hold 1,676. Each EM step, though, costs
 O(k · d) in its dense parts (log μ and log(1 − μ) for the linear form, the M-step's division,
 clip and shrinkage, the statistics' (d, k) block), against O(nnz · k) for the rows' own pass.
 
@@ -36,8 +37,8 @@ from streammom.shrinkage import TAU_RANGE
 __all__ = ["HELD_SHARE", "UnheldRates", "em_held_columns", "held_share"]
 
 #: The EM works on the held columns when they are at most this share of the columns: there its
-#: dense parts cost a quarter of the full ones or less. ICD-shaped code streams (d ≈ 9,000)
-#: are there at every refit; the 500-code synthetic streams, whose rows hold 30–100 % of the
+#: dense parts cost a quarter of the full ones or less. Most fits of ICD-shaped code streams
+#: (d ≈ 9,000) are there; the 500-code synthetic streams, whose rows hold 30–100 % of the
 #: columns, keep the full computation.
 HELD_SHARE = 0.25
 
