@@ -131,7 +131,11 @@ def between_direction(rows: sp.csr_array, row_weight: np.ndarray, family: Family
             v = np.ravel(v)
             return (rows.T @ (ws * (rows @ v)) - diag_m * v - m_bar * (m_bar @ v)
                     + m_bar * m_bar * v)
-    op = spla.LinearOperator((d, d), matvec=matvec, dtype=float)
+    if d == 0:  # the rows hold no code
+        return None
+    # Lanczos needs two columns or more (ARPACK: k < d); one held column is B itself, 1 × 1
+    op = (spla.LinearOperator((d, d), matvec=matvec, dtype=float) if d > 1
+          else matvec(np.ones(1)).reshape(1, 1))
     try:
         values, vectors = top_eigenpairs(op, 1, tol=_EIG_TOL, v0=start)
     except (ValueError, spla.ArpackError):

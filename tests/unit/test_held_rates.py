@@ -104,3 +104,21 @@ def test_the_pair_direction_on_the_held_columns_is_the_one_in_every_column(
     assert held is not None and full is not None
     np.testing.assert_allclose(held, full, atol=1e-3 * np.abs(full).max())
     assert np.corrcoef(held, full)[0, 1] > 0.999999
+
+
+def test_the_pair_direction_of_rows_that_hold_one_code_or_none() -> None:
+    """Rows of a wide vocabulary that hold a single code (or none) leave B 1 × 1 (or empty)
+    on the held columns, too small for Lanczos. One binary code has no between-component
+    variance in B (x² = x: its diagonal term cancels), so there is no direction, as in R^d;
+    nor for rows without a code."""
+    from streammom import pair_resplit
+
+    one = sp.csr_array((np.ones(3), ([0, 2, 3], [7, 7, 7])), shape=(5, 100))
+    assert pair_resplit.between_direction(one, np.ones(5), "bernoulli") is None
+    assert pair_resplit.between_direction(sp.csr_array((5, 100)), np.ones(5), "bernoulli") is None
+    # Token counts of one term: B = E[x(x − 1)] / E[t(t − 1)] − m̄² is a number, and a
+    # positive one gives the rows' deviations from the mean count as the direction.
+    counts = sp.csr_array((np.array([2.0, 9.0, 3.0, 8.0]), ([0, 1, 2, 3], [7, 7, 7, 7])),
+                          shape=(4, 100))
+    side = pair_resplit.between_direction(counts, np.ones(4), "multinomial")
+    assert side is None or np.isfinite(side).all()
