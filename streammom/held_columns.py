@@ -20,8 +20,11 @@ import scipy.sparse as sp
 __all__ = ["held_columns", "scatter_rows"]
 
 
-def held_columns(X: sp.csr_array) -> tuple[sp.csr_array, np.ndarray]:
+def held_columns(X: sp.csr_array, cols: np.ndarray | None = None
+                 ) -> tuple[sp.csr_array, np.ndarray]:
     """(X restricted to the columns it holds, those columns ascending). O(nnz log nnz).
+    ``cols``: the ascending columns to keep instead, a superset of those X holds (its other
+    columns are zero in the result).
 
     A column "held" has a stored entry in some row (an explicit zero counts, harmlessly).
 
@@ -29,10 +32,14 @@ def held_columns(X: sp.csr_array) -> tuple[sp.csr_array, np.ndarray]:
     >>> Xc, cols = held_columns(X)
     >>> cols.tolist(), Xc.toarray().tolist()
     ([1, 3], [[2.0, 1.0], [0.0, 3.0]])
+    >>> held_columns(X, np.array([0, 1, 3]))[0].toarray().tolist()
+    [[0.0, 2.0, 1.0], [0.0, 0.0, 3.0]]
     """
-    cols = np.unique(X.indices)
+    if cols is None:
+        cols = np.unique(X.indices)
     Xc = sp.csr_array((X.data, np.searchsorted(cols, X.indices).astype(X.indices.dtype),
                        X.indptr), shape=(X.shape[0], cols.size))
+    Xc.has_sorted_indices = X.has_sorted_indices  # the map is increasing: the order stays
     return Xc, cols
 
 

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from streammom.held_columns import held_columns
 from streammom.shrinkage import TAU_RANGE
 
-__all__ = ["HELD_SHARE", "UnheldRates", "em_held_columns", "held_share"]
+__all__ = ["HELD_SHARE", "UnheldRates", "few_held_columns"]
 
 #: The EM works on the held columns when they are at most this share of the columns: there its
 #: dense parts cost a quarter of the full ones or less. Most fits of ICD-shaped code streams
@@ -43,22 +44,14 @@ __all__ = ["HELD_SHARE", "UnheldRates", "em_held_columns", "held_share"]
 HELD_SHARE = 0.25
 
 
-def held_share(X: sp.csr_array) -> float:
-    """The share of ``X``'s columns that hold a stored entry (1.0 for a matrix of no column).
-
-    >>> held_share(sp.csr_array(np.eye(2, 8)))
-    0.25
-    """
-    return np.unique(X.indices).size / X.shape[1] if X.shape[1] else 1.0
-
-
-def em_held_columns(X: sp.csr_array, prior_sums: np.ndarray | None) -> np.ndarray | None:
+def few_held_columns(X: sp.csr_array, prior_sums: np.ndarray | None = None
+                     ) -> np.ndarray | None:
     """The columns ``X`` (canonical CSR) or the prior's pseudo-count sums hold, ascending, when
-    they are at most :data:`HELD_SHARE` of the columns; None otherwise (the EM then works on
+    they are at most :data:`HELD_SHARE` of the columns; None otherwise (the work then runs on
     every column). O(nnz log nnz + k · d with a prior).
 
     >>> X = sp.csr_array(np.eye(2, 10))
-    >>> em_held_columns(X, None).tolist(), em_held_columns(sp.csr_array(np.eye(2, 4)), None)
+    >>> few_held_columns(X).tolist(), few_held_columns(sp.csr_array(np.eye(2, 4)))
     ([0, 1], None)
     """
     d = X.shape[1]
@@ -93,11 +86,7 @@ class UnheldRates:
 
     def restrict(self, X: sp.csr_array) -> sp.csr_array:
         """``X`` (canonical CSR, no stored column outside the held ones) on the held columns."""
-        out = sp.csr_array((X.data, np.searchsorted(self.held, X.indices).astype(X.indices.dtype),
-                            X.indptr), shape=(X.shape[0], self.held.size))
-        out.has_sorted_indices = True
-        out.has_canonical_format = True
-        return out
+        return held_columns(X, self.held)[0]
 
     def advance(self, full: np.ndarray) -> float:
         """One M-step in which the components ``full`` had mass: their unheld rates become ε.

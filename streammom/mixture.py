@@ -56,7 +56,7 @@ from scipy.special import gammaln
 from streammom import _kernels, shrinkage
 from streammom._validation import as_csr, as_weights, with_int32_indices
 from streammom.estimators import Family, check_family, check_family_data
-from streammom.held_rates import UnheldRates, em_held_columns
+from streammom.held_rates import UnheldRates, few_held_columns
 from streammom.projection import floor_simplex
 
 __all__ = [
@@ -312,23 +312,22 @@ def _m_step(
     nk: np.ndarray,
     mu_old: np.ndarray,
     family: str,
-    prior: SumsPrior | None = None,
-    shrink: _Shrink | None = None,
-    eps: float | None = None,
+    prior: SumsPrior | None,
+    shrink: _Shrink | None,
+    eps: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """M-step from the expected sufficient statistics ST (d, k) = Xᵀ (w ∘ R) and
     nk (k,) = Σ_i w_i r_ij (:func:`streammom._kernels.em_pass`), with ``prior``'s
     pseudo-counts added (:class:`SumsPrior`) and, with ``shrink``, the Bernoulli rates shrunk
-    toward the pooled rates (:mod:`streammom.shrinkage`). ``eps``: the clamp (default that of
-    ST's d columns; the vocabulary's when ST holds some of its columns only). Returns (μ, ω,
-    the components with mass, whose centres were updated)."""
+    toward the pooled rates (:mod:`streammom.shrinkage`). ``eps``: the clamp, that of the
+    centres' d columns (ST may hold some of them only: :mod:`streammom.held_rates`). Returns
+    (μ, ω, the components with mass, whose centres were updated)."""
     S = ST.T  # (k, d) expected (weighted) sufficient statistics
     if prior is not None:
         lam = prior.share
         S = lam[:, None] * S + (1.0 - lam)[:, None] * prior.sums
         nk = lam * nk + (1.0 - lam) * prior.mass
     total = float(nk.sum())
-    eps = _mu_floor(S.shape[1]) if eps is None else eps
     empty = nk <= _EMPTY_REL * total
     mu = mu_old.copy()
     full = ~empty
@@ -409,7 +408,7 @@ def fit_mixture_em(
     shrinker = _shrinker(shrink, family, d)
 
     Xc = with_int32_indices(Xc)
-    held = None if family != "bernoulli" else em_held_columns(
+    held = None if family != "bernoulli" else few_held_columns(
         Xc, None if prior is None else prior.sums)
     unheld = None if held is None else UnheldRates.split(mu, held, eps)
     if unheld is not None:  # module held_rates: the EM on the columns the rows hold
