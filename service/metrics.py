@@ -28,6 +28,7 @@ from prometheus_client.exposition import generate_latest
 from service.events import REJECT_REASONS, UNREADABLE
 from service.transport import TopicPartition
 from streammom import StreamingHierarchy, Vocabulary, __version__
+from streammom.describe import EMPTY_LEAVES
 from streammom.model import STOP_REASONS, describe_refusals
 
 __all__ = ["WorkerMetrics"]
@@ -137,6 +138,12 @@ class WorkerMetrics:
             "Leaves of the current tree that will not split, by reason (a leaf with no reason "
             "splits once it has enough new events).",
             ["reason"],
+            registry=r,
+        )
+        self.leaves_empty = Gauge(
+            "streammom_tree_leaves_empty",
+            "Leaves of the current tree that the refined mixture gives no events: assignments "
+            "label their events with other leaves (the refinement merged their clusters).",
             registry=r,
         )
         self.last_checkpoint = Gauge(
@@ -261,6 +268,7 @@ class WorkerMetrics:
         self._recycled_seen = 0  # the vocabulary's recycled columns already exported
         self._vocabulary_full = False  # a full vocabulary is reported once per process
         self._refused: dict[str, int] = {}  # refused splits last logged
+        self._empty = 0  # empty leaves last logged
         for reason in STOP_REASONS:
             self.leaves_stopped.labels(reason=reason)
 
@@ -309,8 +317,9 @@ class WorkerMetrics:
         self.refit_due_events.set(engine.refit_due_events())
 
     def observe_model(self, engine: StreamingHierarchy) -> None:
-        """The model's version, leaves, depth and why leaves stop; a tree below its leaf
-        budget because splits are refused is logged (once per change), never silent."""
+        """The model's version, leaves, depth, why leaves stop and how many are empty; a tree
+        below its leaf budget because splits are refused, and empty leaves, are logged (once
+        per change), never silent."""
         model = engine.model_
         self.observe_refit_schedule(engine)
         self.model_version.set(int(engine.model_version_))
@@ -327,6 +336,13 @@ class WorkerMetrics:
                 extra={"leaves": int(model.n_leaves), "max_leaves": int(engine.max_leaves),
                        "refused": refused})
         self._refused = refused
+        empty = len(model.empty_leaves())
+        self.leaves_empty.set(empty)
+        if empty and empty != self._empty:
+            _log.warning(
+                "%d of the tree's %d leaves are empty: %s", empty, model.n_leaves, EMPTY_LEAVES,
+                extra={"leaves": int(model.n_leaves), "empty_leaves": empty})
+        self._empty = empty
 
     def exposition(self) -> bytes:
         """The text exposition of the registry."""

@@ -33,6 +33,7 @@ from streammom.model import (
     LeafScore,
     Router,
     check_tree,
+    read_share,
     read_stop_reason,
 )
 from streammom.moments import MomentAccumulator
@@ -95,6 +96,8 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
             "born_version": v.born_version,
             "stop_reason": v.stop_reason,
             **({"score_b": v.score.bias} if v.score is not None else {}),
+            **({"score_share": v.score.share}
+               if v.score is not None and v.score.share is not None else {}),
             "acc": acc_meta,
             "reservoir": res_meta,
         })
@@ -223,7 +226,9 @@ def engine_from_archive(
                 born_version=int(meta["born_version"]),
                 stop_reason=read_stop_reason(meta),
                 score=(LeafScore(np.array(sub["score_w"], dtype=np.float64),
-                                 float(meta["score_b"])) if "score_b" in meta else None),
+                                 float(meta["score_b"]),
+                                 read_share(meta.get("score_share")))
+                       if "score_b" in meta else None),
             )
         if eng._family_pending and any(v.acc.s.any() for v in nodes.values()):
             raise SnapshotFormatError("malformed engine snapshot: family='auto' not taken "

@@ -48,7 +48,8 @@ from streammom.serialization import (
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel", "LeafScore", "Router", "Routing",
+__all__ = ["EMPTY_LEAF_EVENTS", "REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel", "LeafScore",
+           "Router", "Routing",
            "TreeNode", "describe_refusals", "leaf_scores", "map_router", "subtree"]
 
 MODEL_SCHEMA_VERSION = 1
@@ -109,14 +110,17 @@ def subtree(nodes: Mapping[int, Any], node_id: int) -> list[int]:
 
 @dataclass(frozen=True)
 class LeafScore:
-    """A leaf's mixture component as a linear score s(x) = ⟨w, x⟩ + b (module docstring)."""
+    """A leaf's mixture component as a linear score s(x) = ⟨w, x⟩ + b (module docstring), and
+    ``share``, the component's mixing weight ω_j in the refined mixture (its share of the
+    events; None in models written before it was kept)."""
 
     weights: np.ndarray  # (d,)
     bias: float
+    share: float | None = None
 
     def same_as(self, other: LeafScore | None) -> bool:
         """Whether ``other`` is this score exactly (bit-identical parameters)."""
-        return (other is not None and self.bias == other.bias
+        return (other is not None and self.bias == other.bias and self.share == other.share
                 and np.array_equal(self.weights, other.weights))
 
 
@@ -142,9 +146,11 @@ def _log_linear(mu: np.ndarray, omega: np.ndarray, family: Family, floor: float
 def leaf_scores(centres: np.ndarray, weights: np.ndarray, family: Family, *,
                 floor: float = _MU_FLOOR) -> list[LeafScore]:
     """The :class:`LeafScore` of every component of a k-component mixture (centres (k, d),
-    mixing weights (k,)): s_j(x) = log ω_j + log p(x | μ_j) (thesis eq. 4.1 / 3.4)."""
+    mixing weights (k,)): s_j(x) = log ω_j + log p(x | μ_j) (thesis eq. 4.1 / 3.4), each with
+    its share ω_j / Σ ω."""
     w, b = _log_linear(centres, weights, family, floor)
-    return [LeafScore(w[j], float(b[j])) for j in range(w.shape[0])]
+    share = np.asarray(weights, dtype=float) / float(np.sum(weights))
+    return [LeafScore(w[j], float(b[j]), float(share[j])) for j in range(w.shape[0])]
 
 
 def map_router(
@@ -192,6 +198,20 @@ def read_stop_reason(meta: Mapping[str, Any]) -> str | None:
     if reason not in STOP_REASONS or meta.get("children"):
         raise SnapshotFormatError(f"malformed hierarchy model: stop_reason {reason!r}")
     return str(reason)
+
+
+#: A leaf is empty when the refined mixture gives it less than this many events' weight
+#: (:meth:`HierarchyModel.empty_leaves`).
+EMPTY_LEAF_EVENTS = 0.5
+
+
+def read_share(share: Any) -> float | None:
+    """A stored leaf score's share ω_j, checked (None if absent: written before it was kept)."""
+    if share is None:
+        return None
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise SnapshotFormatError(f"malformed hierarchy model: share {share!r}")
+    return float(share)
 
 
 #: The stop reasons that mean the data refused a split (the others are limits of the settings).
@@ -372,6 +392,19 @@ class HierarchyModel:
                          if n.is_leaf and n.stop_reason is not None)
         return dict(sorted(counts.items()))
 
+    def empty_leaves(self) -> tuple[int, ...]:
+        """Ids of the leaves the refined mixture gives less than :data:`EMPTY_LEAF_EVENTS` of
+        the events' weight (share ω_l × the root's weight): ``predict`` labels (almost) no
+        event with them, though the routers still send events there. The refinement's
+        search may end with fewer components than leaves — its moves judged by the
+        evidence merge clusters whose few events cannot tell them apart — and the tree keeps
+        the leaves it grew (design §5); this says so, never silently. Empty for a model
+        whose leaves are not scored or whose scores carry no share."""
+        total = self.root.weight
+        return tuple(n.node_id for n in self.nodes.values()
+                     if n.is_leaf and n.score is not None and n.score.share is not None
+                     and n.score.share * total < EMPTY_LEAF_EVENTS)
+
     def refused_splits(self, max_leaves: int) -> dict[str, int]:
         """Leaves whose split the data refused (:data:`REFUSED_SPLITS`) when they keep the
         tree below ``max_leaves``, by reason; empty otherwise (nothing to report)."""
@@ -509,6 +542,9 @@ class HierarchyModel:
                     **({"stop_reason": self.nodes[nid].stop_reason}
                        if self.nodes[nid].stop_reason is not None else {}),
                     **({"scored": True} if self.nodes[nid].score is not None else {}),
+                    **({"share": float(self.nodes[nid].score.share)}  # type: ignore[union-attr]
+                       if self.nodes[nid].score is not None
+                       and self.nodes[nid].score.share is not None else {}),
                 }
                 for nid in order
             ],
@@ -594,7 +630,8 @@ class HierarchyModel:
                     router = Router(rw[internal_i], rb[internal_i], bool(meta["absolute"]))
                     internal_i += 1
                 if meta.get("scored"):
-                    score = LeafScore(sw[scored_i], float(sb[scored_i]))
+                    score = LeafScore(sw[scored_i], float(sb[scored_i]),
+                                      read_share(meta.get("share")))
                     scored_i += 1
                 nodes.append(
                     TreeNode(

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -69,8 +69,8 @@ def widen_tree(nodes: Mapping[int, Node], d_new: int) -> None:
         if v.discriminators is not None:
             v.discriminators = np.hstack([v.discriminators, np.zeros((2, d_new - d))])
         if v.score is not None:
-            v.score = LeafScore(np.concatenate([v.score.weights, np.zeros(d_new - d)]),
-                                v.score.bias)
+            v.score = replace(v.score, weights=np.concatenate([v.score.weights,
+                                                               np.zeros(d_new - d)]))
 
 
 def remove_tree_columns(nodes: Mapping[int, Node], columns: np.ndarray) -> None:
@@ -95,7 +95,7 @@ def remove_tree_columns(nodes: Mapping[int, Node], columns: np.ndarray) -> None:
         if v.score is not None:
             weights = v.score.weights.copy()
             weights[columns] = 0.0
-            v.score = LeafScore(weights, v.score.bias)
+            v.score = replace(v.score, weights=weights)
 
 
 def tree_nodes(nodes: Mapping[int, Node], root_id: int, scale: float) -> list[TreeNode]:

@@ -27,6 +27,7 @@ from service.pipeline import (
     model_assigner,
 )
 from service.snapshots import load_snapshot
+from streammom.describe import EMPTY_LEAVES
 from streammom.model import describe_refusals
 from streammom.report.charts import SampleItem
 from streammom.serialization import SnapshotFormatError, atomic_write_bytes
@@ -235,6 +236,9 @@ def fit_file(
     if refused:  # never a silent collapse
         print(f"warning: {model.n_leaves} of {engine.max_leaves} leaves: splits refused "
               f"({describe_refusals(refused)})", file=sys.stderr)
+    if empty := model.empty_leaves():
+        print(f"warning: {len(empty)} of the {model.n_leaves} leaves are empty: {EMPTY_LEAVES}",
+              file=sys.stderr)
     return {
         "events": n,
         "rejected": rejected,
@@ -242,6 +246,7 @@ def fit_file(
         "leaves": int(model.n_leaves),
         "depth": int(model.max_depth),
         "stopped": model.stopped_leaves(),
+        "empty_leaves": len(empty),
         "snapshot": str(output),
     }
 

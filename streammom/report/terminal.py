@@ -35,6 +35,8 @@ def _header(model: HierarchyModel, info: Mapping[str, Any]) -> Text:
     text.append(f"model v{model.version}", style="bold")
     text.append(f"  {model.method}/{model.family}  ", style="dim")
     text.append(f"{len(model.nodes)} nodes, {model.n_leaves} leaves, depth {model.max_depth}")
+    if empty := len(model.empty_leaves()):
+        text.append(f"  {empty} empty (they label no event)", style="yellow")
     if isinstance(events, int | float):
         text.append(f"  {int(events):,} events seen", style="dim")
     if info.get("last_refit_time") is not None:
@@ -56,6 +58,7 @@ def render_tree(
     total = max(float(model.root.weight), 1e-300)
     leaves = [nid for nid in preorder(model) if model.nodes[nid].is_leaf]
     colours = {nid: PALETTE[i % len(PALETTE)] for i, nid in enumerate(leaves)}
+    empty = frozenset(model.empty_leaves())
 
     def label(nid: int) -> Group:
         node = model.nodes[nid]
@@ -67,6 +70,8 @@ def render_tree(
         head.append(f"({fmt_share(float(node.weight) / total)})", style="cyan")
         if node.stop_reason not in (None, "max_leaves"):  # a full tree is the normal end
             head.append(f"  not split: {node.stop_reason}", style="yellow")
+        if nid in empty:
+            head.append("  empty: labels no event", style="yellow")
         lines = [head]
         for f in model.top_features(nid, n=n, lam=lam):
             lab = feature_label(model, f.index, code_map)
@@ -101,6 +106,7 @@ def tree_summary(
     info = dict(info or {})
     code_map = load_codes(codes)
     total = max(float(model.root.weight), 1e-300)
+    empty = frozenset(model.empty_leaves())
     nodes = []
     for nid in preorder(model):
         node = model.nodes[nid]
@@ -127,6 +133,7 @@ def tree_summary(
                 "weight": float(node.weight),
                 "share": float(node.weight) / total,
                 "stop_reason": node.stop_reason,
+                "empty": nid in empty,
                 "top_features": feats,
             }
         )
