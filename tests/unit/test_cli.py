@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from service.cli import app
 from service.commands.demo import adjusted_rand_index
 from service.commands.produce import produce_sample
+from streammom import StreamingHierarchy
 
 runner = CliRunner()
 
@@ -67,6 +68,8 @@ def test_fit_assign_inspect_round_trip(tmp_path: Path) -> None:
                               "--set", "model.refit_every=1000"]).strip().splitlines()[-1])
     assert summary["events"] == 3000 and sum(summary["rejected"].values()) == 6
     assert snap.exists()
+    fitted = StreamingHierarchy.restore(snap.read_bytes()).model_
+    assert summary["empty_leaves"] == len(fitted.empty_leaves())  # said, never silent
     out = tmp_path / "assign.jsonl"
     _ok(["assign", str(snap), str(events), "-o", str(out)])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
