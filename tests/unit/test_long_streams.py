@@ -439,11 +439,10 @@ def test_skewed_shares_restarts_and_re_splits_are_judged_by_the_evidence(
 def test_a_tree_of_more_than_16_leaves_keeps_its_searches_while_its_rows_are_few(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """10,000 events of 32 latent leaves at d = 1,000: with all 32 leaves in the bounds'
-    rows × leaves, the restarts stop at 2,048 rows and the moves at 4,096; with leaves counted
-    up to refine.WORK_LEAVES (16) the bounds are 4,096 and 8,192 rows. Both reach 0.9 × the
-    oracle's ARI (measured 0.958 and 0.963 ×; before the shrinkage the narrow bounds ended
-    below 0.87 ×, and until restarts were judged by the evidence the wide ones labelled
-    better, 0.825 against 0.815 ARI)."""
+    rows × leaves, the restarts would stop at 2,048 rows and the moves at 4,096; with leaves
+    counted up to refine.WORK_LEAVES (16) the bounds are 4,096 and 8,192 rows, and the stream
+    reaches 0.9 × the oracle's ARI (measured 0.958 ×; the ablation with every leaf counted,
+    0.963 ×, is in BENCHMARKS.md "Trees of more than 16 leaves")."""
     X, y, oracle = _codes(10_000, 1_000, 32, seed=3, codes_per_event=12.0)
     restarted_rows: list[int] = []
     restart = refine.spectral_restart
@@ -454,9 +453,5 @@ def test_a_tree_of_more_than_16_leaves_keeps_its_searches_while_its_rows_are_few
 
     monkeypatch.setattr(refine, "spectral_restart", counted)
     got = acceptance_ari(X, y, 32)
-    wide = max(restarted_rows)
-    restarted_rows.clear()
-    monkeypatch.setattr(refine, "WORK_LEAVES", 1 << 30)
-    every_leaf = acceptance_ari(X, y, 32)
-    assert 2_048 < wide <= 4_096 and max(restarted_rows) <= 2_048, (wide, restarted_rows)
-    assert got > 0.9 * oracle and every_leaf > 0.9 * oracle, (got, every_leaf, oracle)
+    assert 2_048 < max(restarted_rows) <= 4_096, restarted_rows  # past the 32-leaf bound
+    assert got > 0.9 * oracle, (got, oracle)
