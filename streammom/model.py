@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     import scipy.sparse as sp
 
 __all__ = ["EMPTY_LEAF_EVENTS", "REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel", "LeafScore",
-           "Router", "Routing",
-           "TreeNode", "describe_refusals", "leaf_scores", "map_router", "subtree"]
+           "Router", "Routing", "TreeNode", "describe_refusals", "leaf_scores", "map_router",
+           "subtree"]
 
 MODEL_SCHEMA_VERSION = 1
 MAX_NODE_ID = 2**24 - 1
