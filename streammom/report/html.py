@@ -151,13 +151,16 @@ def _fmt_value(key: str, value: Any) -> str:
 def _meta_rows(model: HierarchyModel, info: Mapping[str, Any]) -> list[tuple[str, str]]:
     events = info.get("events_seen")
     source = Path(str(info.get("source", "—"))).name
+    n_empty = len(model.empty_leaves())
+    empty = f" ({n_empty} empty: they label no event)" if n_empty else ""
     return [
         ("Model version", str(model.version)),
         ("Snapshot", f"{info.get('kind', 'hierarchy-model')} · {source}"),
         ("Method / family", f"{model.method} / {model.family}"),
         ("Events seen", f"{int(events):,}" if isinstance(events, int | float) else "—"),
         ("Last refit (event time, UTC)", format_time(info.get("last_refit_time"))),
-        ("Tree", f"{len(model.nodes)} nodes, {model.n_leaves} leaves, depth {model.max_depth}"),
+        ("Tree", f"{len(model.nodes)} nodes, {model.n_leaves} leaves{empty}, "
+                 f"depth {model.max_depth}"),
         ("Features", f"{model.n_features:,}"),
         ("Root weight", fmt_weight(float(model.root.weight))),
     ]
@@ -186,6 +189,7 @@ def _table(
 
 def _leaf_table(model: HierarchyModel, figs: ReportFigures) -> str:
     rows = []
+    empty = frozenset(model.empty_leaves())
     for nid in figs.layout.leaf_order:
         box = figs.layout.node(nid)
         feats = "; ".join(
@@ -198,7 +202,8 @@ def _leaf_table(model: HierarchyModel, figs: ReportFigures) -> str:
         rows.append(
             [
                 f'<span class="swatch" style="background:{box.colour}"></span>'
-                f"{escape(box.name)} <small>(#{nid})</small>",
+                f"{escape(box.name)} <small>(#{nid})</small>"
+                + (" <small>empty: labels no event</small>" if nid in empty else ""),
                 escape(path),
                 escape(fmt_weight(box.weight)),
                 escape(fmt_share(box.share)),

@@ -7,17 +7,20 @@ logs it once per change."""
 from __future__ import annotations
 
 import functools
+import io
 import logging
 
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
+from rich.console import Console
 
 from service.metrics import WorkerMetrics
 from streammom import StreamingHierarchy
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.model import EMPTY_LEAF_EVENTS, HierarchyModel
-from streammom.report.terminal import tree_summary
+from streammom.report.html import build_report
+from streammom.report.terminal import render_tree, tree_summary
 from streammom.serialization import SnapshotFormatError
 
 
@@ -74,7 +77,7 @@ def test_a_model_written_before_the_shares_has_no_empty_leaves_and_a_bad_share_i
             HierarchyModel.from_archive({**manifest, "nodes": nodes}, arrays)
 
 
-def test_the_model_text_and_inspect_mark_the_empty_leaves() -> None:
+def test_the_model_text_inspect_and_the_report_mark_the_empty_leaves() -> None:
     eng, _ = _short_stream_of_many_clusters()
     model = eng.model_
     empty = model.empty_leaves()
@@ -84,6 +87,14 @@ def test_the_model_text_and_inspect_mark_the_empty_leaves() -> None:
     assert len(marked) == len(empty)
     nodes = tree_summary(model)["nodes"]
     assert {n["id"] for n in nodes if n["empty"]} == set(empty)
+    console = Console(width=160, record=True, file=io.StringIO())
+    console.print(render_tree(model))
+    rendered = console.export_text()
+    assert f"{len(empty)} empty (they label no event)" in rendered
+    assert rendered.count("empty: labels no event") == len(empty)
+    report = build_report(model)
+    assert f"16 leaves ({len(empty)} empty: they label no event)" in report
+    assert report.count("empty: labels no event") == len(empty)
 
 
 def test_the_daemon_counts_empty_leaves_and_logs_them_once_per_change(
