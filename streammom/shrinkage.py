@@ -106,10 +106,11 @@ def _type_two(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, 
         return tau, 0.0
     mh = np.clip(m[held], _RATE_CLIP, 1.0 - _RATE_CLIP)
     Sh = np.clip(S[:, held], 0.0, N[:, None])  # (k, h); rounding can put a sum past its mass
-    decades = np.arange(lo, hi + 0.5)[:, None] * np.ones((1, held.size))
+    mh, Sh, inverse = _distinct_codes(mh, Sh)
+    decades = np.arange(lo, hi + 0.5)[:, None] * np.ones((1, mh.size))
     marginal = _log_marginal(decades, Sh, N, mh)
     top = np.argmax(marginal, axis=0)
-    cols = np.arange(held.size)
+    cols = np.arange(mh.size)
     best, best_value = decades[top, cols], marginal[top, cols]
     for step in _REFINE_STEPS:
         for sign in (-1.0, 1.0):
@@ -118,8 +119,33 @@ def _type_two(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, 
             better = value > best_value
             best = np.where(better, candidate, best)
             best_value = np.where(better, value, best_value)
-    tau[held] = 10.0 ** best
-    return tau, float(best_value.sum())
+    tau[held] = 10.0 ** best[inverse]
+    return tau, float(best_value[inverse].sum())
+
+
+def _distinct_codes(m: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct columns of the codes' pooled rates ``m`` (h,) over their statistics ``S``
+    (k, h), and each code's column among them (``inverse``): codes with equal statistics have
+    equal marginals at every τ, so the search evaluates each distinct column once and gives
+    every code its own column's result, exactly (the sums then run over the codes in order, so
+    the evidence is bit-identical). On a wide vocabulary of rare codes most codes are seen once
+    or twice, in the same few patterns: 1,660 codes held a refit's rows on average and 486
+    distinct columns at d = 50,000 (BENCHMARKS.md "Empty leaves", cost). O(k · h log h) by
+    one lexicographic sort.
+
+    >>> m, S, inverse = _distinct_codes(np.array([0.1, 0.2, 0.1]),
+    ...                                 np.array([[1.0, 2.0, 1.0], [0.0, 0.0, 0.0]]))
+    >>> m.tolist(), S.tolist(), inverse.tolist()
+    ([0.1, 0.2], [[1.0, 2.0], [0.0, 0.0]], [0, 1, 0])
+    """
+    keys = np.vstack([S, m[None, :]])
+    order = np.lexsort(keys[::-1])
+    ranked = keys[:, order]
+    starts = np.concatenate([[True], (ranked[:, 1:] != ranked[:, :-1]).any(axis=0)])
+    inverse = np.empty(order.size, dtype=np.int64)
+    inverse[order] = np.cumsum(starts) - 1
+    first = order[starts]
+    return m[first], S[:, first], inverse
 
 
 def shrunk_rates(S: np.ndarray, N: np.ndarray, tau: np.ndarray, m: np.ndarray) -> np.ndarray:

@@ -10,7 +10,13 @@ from sklearn.metrics import adjusted_rand_score
 from streammom import StreamingHierarchy, refine
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.mixture import fit_from_partition, fit_mixture_em, map_assign, partition_sums
-from streammom.shrinkage import TAU_RANGE, pooled_rates, prior_strengths, shrunk_rates
+from streammom.shrinkage import (
+    TAU_RANGE,
+    partition_evidence,
+    pooled_rates,
+    prior_strengths,
+    shrunk_rates,
+)
 
 
 def _two_clusters(n: int, seed: int) -> tuple[sp.csr_array, np.ndarray, np.ndarray]:
@@ -120,3 +126,23 @@ def test_given_prior_strengths_are_kept_and_validated() -> None:
     for bad in (np.zeros(59), np.full(60, -1.0), np.full(60, np.nan)):
         with pytest.raises(ValueError, match="prior strengths"):
             fit_mixture_em(X, start.means, start.weights, family="bernoulli", shrink=bad)
+
+
+def test_codes_with_equal_statistics_are_searched_once_with_each_codes_own_result() -> None:
+    """The τ search evaluates each distinct column of statistics once (``_distinct_codes``):
+    every code still gets the τ and marginal a search of its own column alone gives, and the
+    evidence is the same sum, in the codes' order."""
+    rng = np.random.default_rng(5)
+    patterns = rng.integers(0, 4, size=(4, 6)).astype(float)
+    S = patterns[:, rng.integers(0, 6, size=200)]  # 200 codes, at most 6 distinct columns
+    S[:, ::7] += rng.random((4, 29))  # and some of their own
+    N = np.full(4, 20.0)
+    m = pooled_rates(S, N)
+    tau = prior_strengths(S, N, m)
+    one_by_one = np.array([prior_strengths(S[:, [h]], N, m[[h]])[0] for h in range(200)])
+    assert np.array_equal(tau, one_by_one)
+    assert np.unique(tau).size > 1  # the columns differ, and so do their τ
+    evidence = partition_evidence(S, N)
+    codes_alone = sum(partition_evidence(S[:, [h]], N) for h in range(200))
+    labels = float((N * np.log(N / N.sum())).sum())
+    assert evidence == pytest.approx(codes_alone - 199 * labels, rel=1e-12)
