@@ -13,8 +13,9 @@ from sklearn.metrics import adjusted_rand_score
 
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.evidence import EvidenceCache, fit_evidence, fit_labels, labels_evidence
-from streammom.mixture import WeightedRows, fit_from_partition, map_assign
+from streammom.mixture import WeightedRows, fit_from_partition, map_assign, partition_sums
 from streammom.pair_resplit import between_direction
+from streammom.shrinkage import partition_evidence
 
 
 def _cut_heavy_merge_light(seed: int) -> tuple[sp.csr_array, np.ndarray, np.ndarray]:
@@ -68,3 +69,20 @@ def test_a_fit_is_judged_by_its_map_partition_whatever_the_order_of_its_componen
     shuffled = replace(fit, means=fit.means[order], weights=fit.weights[order])
     assert np.array_equal(order[fit_labels(X, shuffled)], label)
     assert fit_evidence(X, w, shuffled) == pytest.approx(fit_evidence(X, w, fit), rel=1e-12)
+
+
+def test_rows_of_a_wide_vocabulary_are_summed_on_the_columns_they_hold_to_the_same_bit() -> None:
+    """A wide vocabulary's rows hold few of its columns: the evidence sums them on those alone
+    (O(k · held), not O(k · d)) and is the full computation's value exactly, for the cache as
+    for a direct call."""
+    X, y, _ = make_hierarchical_bernoulli(400, 20_000, 4, codes_per_event=6.0, random_state=3)
+    X = sp.csr_array(X)
+    assert np.unique(X.indices).size < 0.25 * X.shape[1]  # the restriction applies
+    w = np.random.default_rng(0).uniform(0.5, 2.0, X.shape[0])
+    full = partition_evidence(*partition_sums(X, w, y, 4))
+    assert labels_evidence(X, w, y, 4) == full
+    fit = fit_from_partition(X, w, y, 4, family="bernoulli", max_iter=0, tol=0.0)
+    cache = EvidenceCache(X, w)
+    assert cache.summed_rows.shape[1] < X.shape[1]
+    assert cache.fit_evidence(fit) == partition_evidence(
+        *partition_sums(X, w, fit_labels(X, fit), 4))
