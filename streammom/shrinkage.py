@@ -130,8 +130,8 @@ def _distinct_codes(m: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarra
     every code its own column's result, exactly (the sums then run over the codes in order, so
     the evidence is bit-identical). On a wide vocabulary of rare codes most codes are seen once
     or twice, in the same few patterns: 1,660 codes held a refit's rows on average and 486
-    distinct columns at d = 50,000 (BENCHMARKS.md "Empty leaves", cost). O(k · h log h) by
-    one lexicographic sort.
+    distinct columns at d = 50,000 (BENCHMARKS.md "The evidence on the columns the rows
+    hold"). O(k · h log h) by one lexicographic sort.
 
     >>> m, S, inverse = _distinct_codes(np.array([0.1, 0.2, 0.1]),
     ...                                 np.array([[1.0, 2.0, 1.0], [0.0, 0.0, 0.0]]))
