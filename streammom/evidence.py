@@ -42,8 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streammom.estimators import Family
-from streammom.held_columns import held_columns
-from streammom.held_rates import few_held_columns
+from streammom.held_rates import on_few_held_columns
 from streammom.mixture import MixtureEMResult, map_assign, more_likely, partition_sums
 from streammom.shrinkage import partition_evidence
 
@@ -72,9 +71,12 @@ def labels_evidence(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarra
     Rows that hold few of the columns (:func:`streammom.held_rates.few_held_columns`) are
     summed on those columns alone: a column no row holds has no statistics and no part in the
     evidence, so the value is the same, bit for bit, at O(k · held) instead of O(k · d)."""
-    held = few_held_columns(rows)
-    if held is not None:
-        rows = held_columns(rows, held)[0]
+    return _summed_evidence(on_few_held_columns(rows)[0], row_weight, label, k)
+
+
+def _summed_evidence(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray, k: int
+                     ) -> float:
+    """:func:`labels_evidence` of rows already on the columns to sum."""
     S, N = partition_sums(rows, row_weight, label, k)
     return partition_evidence(S, N)
 
@@ -109,8 +111,7 @@ class EvidenceCache:
     summed_rows: sp.csr_array = field(init=False)
 
     def __post_init__(self) -> None:
-        held = few_held_columns(self.rows)
-        self.summed_rows = self.rows if held is None else held_columns(self.rows, held)[0]
+        self.summed_rows = on_few_held_columns(self.rows)[0]
 
     def fit_evidence(self, fit: MixtureEMResult) -> float:
         """:func:`fit_evidence` of a Bernoulli ``fit`` on the cache's rows."""
@@ -118,7 +119,7 @@ class EvidenceCache:
         label = fit_labels(self.rows, fit)
         key = digest(label, np.array([k]))
         if key not in self.evidence:
-            self.evidence[key] = labels_evidence(self.summed_rows, self.row_weight, label, k)
+            self.evidence[key] = _summed_evidence(self.summed_rows, self.row_weight, label, k)
         return self.evidence[key]
 
     def more_evident(self, new: MixtureEMResult, old: MixtureEMResult) -> bool:

@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from streammom.held_columns import held_columns
 from streammom.shrinkage import TAU_RANGE
 
-__all__ = ["HELD_SHARE", "UnheldRates", "few_held_columns"]
+__all__ = ["HELD_SHARE", "UnheldRates", "few_held_columns", "on_few_held_columns"]
 
 #: The EM works on the held columns when they are at most this share of the columns: there its
 #: dense parts cost a quarter of the full ones or less. Most fits of ICD-shaped code streams
@@ -59,6 +59,18 @@ def few_held_columns(X: sp.csr_array, prior_sums: np.ndarray | None = None
     if prior_sums is not None:
         cols = np.union1d(cols, np.flatnonzero(np.any(prior_sums != 0, axis=0)))
     return cols if cols.size <= HELD_SHARE * d else None
+
+
+def on_few_held_columns(X: sp.csr_array) -> tuple[sp.csr_array, np.ndarray | None]:
+    """(``X`` on the columns it holds, those columns) when they are few
+    (:func:`few_held_columns`); (``X``, None) otherwise.
+
+    >>> Xc, cols = on_few_held_columns(sp.csr_array(np.eye(2, 10)))
+    >>> Xc.shape, cols.tolist(), on_few_held_columns(sp.csr_array(np.eye(2, 4)))[1]
+    ((2, 2), [0, 1], None)
+    """
+    cols = few_held_columns(X)
+    return (X, None) if cols is None else (held_columns(X, cols)[0], cols)
 
 
 @dataclass

@@ -69,8 +69,7 @@ import scipy.sparse.linalg as spla
 from streammom.decompose import top_eigenpairs
 from streammom.estimators import Family
 from streammom.evidence import EvidenceCache, better_fit
-from streammom.held_columns import held_columns
-from streammom.held_rates import few_held_columns
+from streammom.held_rates import on_few_held_columns
 from streammom.mixture import (
     MixtureEMResult,
     fit_from_partition,
@@ -104,9 +103,8 @@ def between_direction(rows: sp.csr_array, row_weight: np.ndarray, family: Family
     """
     n, d = rows.shape
     start = np.random.default_rng(random_state).uniform(0.5, 1.5, size=d)  # Lanczos' v0
-    cols = few_held_columns(rows)
+    rows, cols = on_few_held_columns(rows)
     if cols is not None:  # B vanishes on the columns no row holds: work on the rest
-        rows = held_columns(rows, cols)[0]
         d, start = cols.size, start[cols]
     if family == "multinomial":
         t = np.asarray(rows.sum(axis=1)).ravel()
