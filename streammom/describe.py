@@ -73,15 +73,15 @@ def _feature_text(model: HierarchyModel, f: FeatureScore) -> str:
     return f"{f.name} (x{f.lift:.1f})"
 
 
-def _header(model: HierarchyModel) -> str:
+def _header(model: HierarchyModel, empty: frozenset[int]) -> str:
     def count(n: int, one: str, many: str) -> str:
         return f"{n} {one if n == 1 else many}"
 
-    empty = len(model.empty_leaves())
     return (f"HierarchyModel v{model.version}: {model.method}/{model.family}, "
             f"{count(len(model.nodes), 'node', 'nodes')}, "
             f"{count(model.n_leaves, 'leaf', 'leaves')}"
-            f"{f' ({empty} empty: {EMPTY_LEAVES})' if empty else ''}, depth {model.max_depth}, "
+            f"{f' ({len(empty)} empty: {EMPTY_LEAVES})' if empty else ''}, "
+            f"depth {model.max_depth}, "
             f"{count(model.n_features, 'feature', 'features')}")
 
 
@@ -104,7 +104,7 @@ def describe_model(model: HierarchyModel, *, n_top: int = 5) -> str:
     with its ``n_top`` most relevant features (probability in the cluster for code sets, lift
     over the whole population for counts)."""
     empty = frozenset(model.empty_leaves())
-    lines = [_header(model), _node_line(model, model.root_id, n_top, empty)]
+    lines = [_header(model, empty), _node_line(model, model.root_id, n_top, empty)]
 
     def walk(nid: int, prefix: str) -> None:
         kids = model.nodes[nid].children
@@ -134,6 +134,6 @@ def model_html(model: HierarchyModel, *, n_top: int = 5) -> str:
                 f"<ul style='list-style:none;margin:0;padding-left:1.2em'>{inner}</ul>"
                 f"</details></li>")
 
-    return (f"<div class='streammom-model'><strong>{html.escape(_header(model))}</strong>"
+    return (f"<div class='streammom-model'><strong>{html.escape(_header(model, empty))}</strong>"
             f"<ul style='list-style:none;margin:0;padding-left:0'>{node(model.root_id)}</ul>"
             f"</div>")
