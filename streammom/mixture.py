@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -343,18 +343,21 @@ def _m_step(
 
 class _Shrink:
     """The empirical-Bayes shrinkage of a shrunk EM's M-steps (:mod:`streammom.shrinkage`):
-    τ estimated at the M-steps of :data:`~streammom.shrinkage.TAU_STEPS`, or given (``tau``:
-    a shrunk fit's, carried on to a few more steps) and then kept."""
+    τ estimated at the M-steps of :data:`~streammom.shrinkage.TAU_STEPS` (one per code, with
+    ``pulled`` toward a common one: :func:`~streammom.shrinkage.pulled_prior_strengths`), or
+    given (``tau``: a shrunk fit's, carried on to a few more steps) and then kept."""
 
-    def __init__(self, tau: np.ndarray | None = None) -> None:
+    def __init__(self, tau: np.ndarray | None = None, *, pulled: bool = False) -> None:
         self.steps = 0
         self.tau = tau
         self.fixed = tau is not None
+        self.strengths = (shrinkage.pulled_prior_strengths if pulled
+                          else shrinkage.prior_strengths)
 
     def rates(self, S: np.ndarray, nk: np.ndarray) -> np.ndarray:
         m = shrinkage.pooled_rates(S, nk)
         if not self.fixed and self.steps in shrinkage.TAU_STEPS:
-            self.tau = shrinkage.prior_strengths(S, nk, m)
+            self.tau = self.strengths(S, nk, m)
         self.steps += 1
         assert self.tau is not None
         return shrinkage.shrunk_rates(S, nk, self.tau, m)
@@ -371,7 +374,7 @@ def fit_mixture_em(
     sample_weight: Any = None,
     anneal: Sequence[float] = (),
     prior: SumsPrior | None = None,
-    shrink: bool | np.ndarray = False,
+    shrink: bool | np.ndarray | Literal["pulled"] = False,
 ) -> MixtureEMResult:
     """EM for a k-component Bernoulli or multinomial mixture from (means_init, weights_init).
 
@@ -384,10 +387,12 @@ def fit_mixture_em(
     (Bernoulli): every M-step shrinks the rates toward the pooled rates by empirical Bayes
     (:mod:`streammom.shrinkage`; ``log_likelihood`` is again the rows' own); an array instead
     of True is the (d,) prior strengths τ to use throughout, none estimated (a shrunk fit's
-    ``prior_strengths``, for a few more steps of it). A Bernoulli EM whose rows (and prior)
-    hold at most a quarter of the d columns runs on those columns, the others' rates carried as
-    one constant a component (:mod:`streammom.held_rates`): the same fit up to rounding, at
-    O(k · d) once instead of once a step.
+    ``prior_strengths``, for a few more steps of it); ``"pulled"`` estimates each code's
+    strength pulled toward a common one (:func:`streammom.shrinkage.pulled_prior_strengths`).
+    A Bernoulli EM whose rows
+    (and prior) hold at most a quarter of the d columns runs on those columns, the others'
+    rates carried as one constant a component (:mod:`streammom.held_rates`): the same fit up
+    to rounding, at O(k · d) once instead of once a step.
     """
     check_family(family)
     if tol < 0 or max_iter < 0:
@@ -474,8 +479,12 @@ def fit_mixture_em(
     )
 
 
-def _shrinker(shrink: bool | np.ndarray, family: str, d: int) -> _Shrink | None:
+def _shrinker(shrink: bool | np.ndarray | Literal["pulled"], family: str, d: int
+              ) -> _Shrink | None:
     """The M-steps' shrinkage for ``fit_mixture_em``'s ``shrink`` (validated), or None."""
+    pulled = isinstance(shrink, str)
+    if pulled and shrink != "pulled":
+        raise ValueError(f"shrink must be a bool, prior strengths or 'pulled', got {shrink!r}")
     if isinstance(shrink, np.ndarray):
         tau = np.asarray(shrink, dtype=float)
         if tau.shape != (d,) or not (np.isfinite(tau).all() and (tau >= 0).all()):
@@ -486,4 +495,4 @@ def _shrinker(shrink: bool | np.ndarray, family: str, d: int) -> _Shrink | None:
         tau = None
     if family != "bernoulli":
         raise ValueError("shrink applies to the Bernoulli family only")
-    return _Shrink(tau)
+    return _Shrink(tau, pulled=pulled)

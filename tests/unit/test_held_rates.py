@@ -43,7 +43,8 @@ def _assert_same(a: MixtureEMResult, b: MixtureEMResult) -> None:
         np.testing.assert_allclose(a.prior_strengths, b.prior_strengths, rtol=1e-12)
 
 
-@pytest.mark.parametrize("variant", ["plain", "shrunk", "given strengths", "annealed", "prior"])
+@pytest.mark.parametrize("variant", ["plain", "shrunk", "pulled strengths", "given strengths",
+                                     "annealed", "prior"])
 def test_the_em_on_the_held_columns_is_the_em_on_every_column(
         variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(7)
@@ -58,6 +59,8 @@ def test_the_em_on_the_held_columns_is_the_em_on_every_column(
                                  "sample_weight": rng.uniform(0.5, 3.0, n)}
     if variant == "shrunk":
         kwargs["shrink"] = True
+    elif variant == "pulled strengths":
+        kwargs["shrink"] = "pulled"
     elif variant == "given strengths":
         kwargs["shrink"] = rng.uniform(0.1, 100.0, d)
     elif variant == "annealed":
