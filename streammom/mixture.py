@@ -389,10 +389,10 @@ def fit_mixture_em(
     of True is the (d,) prior strengths τ to use throughout, none estimated (a shrunk fit's
     ``prior_strengths``, for a few more steps of it); ``"pulled"`` estimates each code's
     strength pulled toward a common one (:func:`streammom.shrinkage.pulled_prior_strengths`).
-    A Bernoulli EM whose rows
-    (and prior) hold at most a quarter of the d columns runs on those columns, the others'
-    rates carried as one constant a component (:mod:`streammom.held_rates`): the same fit up
-    to rounding, at O(k · d) once instead of once a step.
+    A Bernoulli EM whose rows (and prior) hold at most a quarter of the d columns runs on
+    those columns, the others' rates carried as one constant a component
+    (:mod:`streammom.held_rates`): the same fit up to rounding, at O(k · d) once instead of
+    once a step.
     """
     check_family(family)
     if tol < 0 or max_iter < 0:
