@@ -487,7 +487,10 @@ def test_new_vocabulary_columns_and_recycled_ones_leave_the_labels_unchanged() -
 def test_a_short_stream_is_scored_by_the_annealed_restart_with_the_same_sums_and_routers(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """500 events, 8 latent leaves: the annealed restart's fit, more likely, labels the events;
-    the sums and routers (where the next events go) are those of the refinement without it."""
+    the sums and routers (where the next events go) are those of the refinement without it.
+    Since the scores' last EM pulls the codes' prior strengths together (BENCHMARKS.md "Prior
+    strengths pulled toward a common one"), seed 6 reaches the same labels without it; seed 5
+    still labels better with it."""
     X, y, _, truth = make_hierarchical_bernoulli(500, 500, 8, random_state=seed,
                                                  return_truth=True)
     X = sp.csr_array(X)
@@ -498,8 +501,8 @@ def test_a_short_stream_is_scored_by_the_annealed_restart_with_the_same_sums_and
     oracle = adjusted_rand_score(y, map_assign(X, truth.prevalence, truth.leaf_weights,
                                                "bernoulli"))
     got = adjusted_rand_score(y, annealed.predict(X))
-    # by 0.013 and 0.008 ARI since the refinement's shrinkage lifts both (0.02+ before it)
-    assert got > adjusted_rand_score(y, without.predict(X))
+    unannealed = adjusted_rand_score(y, without.predict(X))
+    assert got > unannealed if seed == 5 else got >= unannealed
     assert got >= 0.84 * oracle
 
 

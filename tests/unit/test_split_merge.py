@@ -339,12 +339,13 @@ def test_moves_kept_by_the_evidence_are_ranked_by_it(monkeypatch: pytest.MonkeyP
     """2,000 events of eight phenotypes over chapters of rare codes (d = 8,894): ranked by
     their local gain net of optimism (TIC), the candidates tried by the full EM miss the move
     that mends the stream — TIC charges a split for the thousands of rare codes neither half
-    holds — and the stream labels at 0.74 × the oracle's ARI (measured); ranked by their local
-    gain in evidence, the measure that keeps them, at 0.90 × (BENCHMARKS.md "Moves ranked by
-    the evidence that keeps them")."""
+    holds — and the stream labels at 0.80 × the oracle's ARI (measured; 0.74 × before the
+    scores' last EM pulled the codes' prior strengths together); ranked by their local gain in
+    evidence, the measure that keeps them, at 0.92 × (0.90 × before; BENCHMARKS.md "Moves
+    ranked by the evidence that keeps them", "Prior strengths pulled toward a common one")."""
     X, y, prevalence = chapter_phenotypes(2_000, seed=1)
     oracle = adjusted_rand_score(y, map_assign(X, prevalence, np.full(8, 1 / 8), "bernoulli"))
     shipped = acceptance_ari(X, y, 8)
     monkeypatch.setattr(split_merge_module, "RANK_BY_EVIDENCE", False)
     by_tic = acceptance_ari(X, y, 8)
-    assert shipped > 0.85 * oracle and by_tic < 0.8 * oracle, (shipped, by_tic, oracle)
+    assert shipped > 0.9 * oracle and by_tic < 0.85 * oracle, (shipped, by_tic, oracle)
