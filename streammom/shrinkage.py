@@ -118,12 +118,10 @@ def _type_two(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, 
     held codes of the marginals it reached (:func:`partition_evidence`'s codes' term)."""
     lo, hi = np.log10(TAU_RANGE)
     tau = np.full(S.shape[1], TAU_RANGE[1])
-    held = np.flatnonzero(m > 0)
-    if held.size == 0:
+    codes = _held_codes(S, N, m)
+    if codes is None:
         return tau, 0.0
-    mh = np.clip(m[held], _RATE_CLIP, 1.0 - _RATE_CLIP)
-    Sh = np.clip(S[:, held], 0.0, N[:, None])  # (k, h); rounding can put a sum past its mass
-    mh, Sh, inverse = _distinct_codes(mh, Sh)
+    held, mh, Sh, inverse = codes
     decades = np.arange(lo, hi + 0.5)[:, None] * np.ones((1, mh.size))
     marginal = _log_marginal(decades, Sh, N, mh)
     top = np.argmax(marginal, axis=0)
@@ -140,25 +138,26 @@ def _type_two(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, 
     return tau, float(best_value[inverse].sum())
 
 
-def common_prior_strength(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """One τ for every code: the type-II maximum of Σ_h log p(S_·h | τ) over the held codes
-    (module docstring), by :func:`prior_strengths`' search — every decade of
-    :data:`TAU_RANGE`, then half and quarter decades while the sum rises — on the summed
-    marginals instead of each code's; (d,), every entry that τ. Each distinct column of
-    statistics is evaluated once and counted as often as it occurs. Cost O(11 · k · d_held).
-
-    >>> S = np.array([[8.0, 2.0, 5.0], [0.0, 2.0, 5.0]]); N = np.array([10.0, 10.0])
-    >>> tau = common_prior_strength(S, N, pooled_rates(S, N))
-    >>> bool(np.all(tau == tau[0])), bool(tau[0] < prior_strengths(S, N, pooled_rates(S, N))[1])
-    (True, True)
-    """
-    lo, hi = np.log10(TAU_RANGE)
+def _held_codes(S: np.ndarray, N: np.ndarray, m: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """What the τ searches evaluate: (the held codes' indices, the distinct columns' pooled
+    rates (clipped) and statistics (clipped to their masses), each held code's distinct
+    column) — :func:`_distinct_codes` of the codes with m_h > 0 — or None when no row holds
+    a code."""
     held = np.flatnonzero(m > 0)
     if held.size == 0:
-        return np.full(S.shape[1], TAU_RANGE[1])
+        return None
     mh = np.clip(m[held], _RATE_CLIP, 1.0 - _RATE_CLIP)
-    Sh = np.clip(S[:, held], 0.0, N[:, None])
-    mh, Sh, inverse = _distinct_codes(mh, Sh)
+    Sh = np.clip(S[:, held], 0.0, N[:, None])  # (k, h); rounding can put a sum past its mass
+    return (held, *_distinct_codes(mh, Sh))
+
+
+def _common_log_strength(mh: np.ndarray, Sh: np.ndarray, N: np.ndarray, inverse: np.ndarray
+                         ) -> float:
+    """log₁₀ τ₀ of :func:`common_prior_strength` from :func:`_held_codes`' distinct columns:
+    every decade of :data:`TAU_RANGE`, then half and quarter decades while the summed marginal
+    rises, each distinct column counted as often as it occurs."""
+    lo, hi = np.log10(TAU_RANGE)
     counts = np.bincount(inverse, minlength=mh.size).astype(float)
 
     def summed(log_tau: float) -> float:
@@ -173,7 +172,26 @@ def common_prior_strength(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> np.nda
             value = summed(candidate)
             if value > best_value:
                 best, best_value = candidate, value
-    return np.full(S.shape[1], 10.0 ** best)
+    return best
+
+
+def common_prior_strength(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """One τ for every code: the type-II maximum of Σ_h log p(S_·h | τ) over the held codes
+    (module docstring), by :func:`prior_strengths`' search — every decade of
+    :data:`TAU_RANGE`, then half and quarter decades while the sum rises — on the summed
+    marginals instead of each code's; (d,), every entry that τ. Each distinct column of
+    statistics is evaluated once and counted as often as it occurs. Cost O(11 · k · d_held).
+
+    >>> S = np.array([[8.0, 2.0, 5.0], [0.0, 2.0, 5.0]]); N = np.array([10.0, 10.0])
+    >>> tau = common_prior_strength(S, N, pooled_rates(S, N))
+    >>> bool(np.all(tau == tau[0])), bool(tau[0] < prior_strengths(S, N, pooled_rates(S, N))[1])
+    (True, True)
+    """
+    codes = _held_codes(S, N, m)
+    if codes is None:
+        return np.full(S.shape[1], TAU_RANGE[1])
+    _, mh, Sh, inverse = codes
+    return np.full(S.shape[1], 10.0 ** _common_log_strength(mh, Sh, N, inverse))
 
 
 def pulled_prior_strengths(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -195,15 +213,13 @@ def pulled_prior_strengths(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> np.nd
     >>> bool(abs(np.log10(pulled[1] / tau0)) < abs(np.log10(own[1] / tau0)))  # a rare code
     True
     """
-    x0 = float(np.log10(common_prior_strength(S, N, m)[0]))
-    lo, hi = np.log10(TAU_RANGE)
     tau = np.full(S.shape[1], TAU_RANGE[1])
-    held = np.flatnonzero(m > 0)
-    if held.size == 0:
+    codes = _held_codes(S, N, m)
+    if codes is None:
         return tau
-    mh = np.clip(m[held], _RATE_CLIP, 1.0 - _RATE_CLIP)
-    Sh = np.clip(S[:, held], 0.0, N[:, None])
-    mh, Sh, inverse = _distinct_codes(mh, Sh)
+    held, mh, Sh, inverse = codes
+    x0 = _common_log_strength(mh, Sh, N, inverse)
+    lo, hi = np.log10(TAU_RANGE)
     grid = np.arange(lo, hi + 0.01, 0.25)[:, None] * np.ones((1, mh.size))
     objective = (_log_marginal(grid, Sh, N, mh)
                  - (grid - x0) ** 2 / (2.0 * PULL_DECADES ** 2))
