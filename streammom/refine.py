@@ -119,6 +119,11 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   the labels take it: the search and the routers keep each code's own τ_h, with which they
   do better (one common τ in every M-step: 300-event code streams 10 → 1 of 26 at ≥ 0.9 ×
   the oracle's ARI);
+* half the components labelled (:func:`streammom.split_merge.labelled_floor`): if fewer
+  than ⌈k/2⌉ of the scores' components then hold a MAP row (the evidence's moves on a short
+  stream of many weak clusters can empty half of them), empty ones take halves of the
+  splits of the components holding most rows, then pulled shrunk EM (BENCHMARKS.md "Half the
+  components labelled");
 * the leaves' sums (:mod:`streammom.stream_sums`): the kept fits take the events outside the
   reservoirs into three more M-steps through the leaves' exact sums, in proportion to the
   share of each leaf's events its reservoir does not hold (nothing changes while the
@@ -168,6 +173,7 @@ from streammom.split_merge import (
     EVIDENCE_MARGIN,
     MOVE_TRIALS,
     MoveCache,
+    labelled_floor,
     split_merge,
 )
 from streammom.stream_sums import with_stream_sums
@@ -229,6 +235,9 @@ EVIDENCE_MOVES = True
 #: toward a common one (:func:`streammom.shrinkage.pulled_prior_strengths`; module
 #: docstring). False: an ablation.
 PULLED_STRENGTH_SCORES = True
+#: Whether a searched refit's code-set scores keep at least half their components labelling
+#: rows (:func:`streammom.split_merge.labelled_floor`; module docstring). False: an ablation.
+LABELLED_FLOOR = True
 
 
 @dataclass(frozen=True)
@@ -384,6 +393,9 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     if shrink and searched and PULLED_STRENGTH_SCORES:  # the scores' last EM
         scored = fit_mixture_em(rows, scored.means, scored.weights, family=family, tol=tol,
                                 max_iter=max_iter, sample_weight=row_weight, shrink="pulled")
+    if shrink and searched and LABELLED_FLOOR:  # at least half the leaves label rows
+        scored = labelled_floor(rows, row_weight, scored, family, max_iter=max_iter, tol=tol,
+                                random_state=random_state)
     summed = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
                               label=label, shrink=shrink)
     scored = summed if scored is fit else with_stream_sums(rows, row_weight, scored, leaves,
