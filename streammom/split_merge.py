@@ -288,16 +288,17 @@ def labelled_floor(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMRes
     "Half the components labelled"): while fewer do, an empty component takes one half of the
     split candidate of the component holding most rows' weight (:func:`_split_candidate`),
     then pulled shrunk EM (:func:`streammom.mixture.fit_mixture_em` ``shrink="pulled"``) on all
-    the rows; ``fit`` itself when enough components are labelled or no component splits."""
+    the rows; ``fit`` itself when enough components are labelled or no component splits.
+    Code sets (Bernoulli) only, like the pulled EM."""
     k, d = fit.means.shape
     label = fit_labels(rows, fit)
-    floor = -(-k // 2)
-    if np.unique(label).size >= floor:
+    missing = -(-k // 2) - np.unique(label).size  # components to label up to ⌈k/2⌉
+    if missing <= 0:
         return fit
     means, weights = fit.means.copy(), fit.weights.copy()
     held = np.bincount(label, weights=row_weight, minlength=k)
     unsplit: set[int] = set()
-    for e in np.flatnonzero(held == 0)[:floor - np.unique(label).size]:
+    for e in np.flatnonzero(held == 0)[:missing]:
         for c in np.argsort(-held, kind="stable"):
             members = np.flatnonzero(label == c)
             if c in unsplit or members.size < MIN_PAIR_ROWS:
