@@ -68,7 +68,7 @@ from streammom.moments import (
     row_sums,
 )
 from streammom.packed import Packed, add_into, dense
-from streammom.refit import RefitPass
+from streammom.refit import FLOOR_MARK, RefitPass
 from streammom.refit_budget import (
     light_refit_burst,
     light_refit_cost_events,
@@ -650,10 +650,14 @@ class StreamingHierarchy(Estimator):
 
     def _refit_cost(self, *, light: bool) -> float:
         """The estimated cost of a full (or a light) refit of the tree now, in events of
-        ingest (:mod:`streammom.refit_budget`)."""
+        ingest (:mod:`streammom.refit_budget`). The provisional splits of the growth floor
+        (two nodes each) are not counted: they live only while a young tree is below half its
+        leaf budget, and counted they would move the refit schedule of the whole stream
+        (:meth:`streammom.refit.RefitPass._grow_to_floor`)."""
         assert self.n_features_ is not None
-        return (light_refit_cost_events(len(self.nodes_)) if light
-                else refit_cost_events(len(self.nodes_), self.n_features_))
+        nodes = len(self.nodes_) - 2 * sum(FLOOR_MARK in v.quality for v in self.nodes_.values())
+        return (light_refit_cost_events(nodes) if light
+                else refit_cost_events(nodes, self.n_features_))
 
     def _in_light_burst(self) -> bool:
         """Whether a light refit of the tree now fits the light refits' own burst

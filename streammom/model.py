@@ -177,7 +177,8 @@ STOP_REASONS: dict[str, str] = {
     "max_leaves": "the leaf budget (max_leaves) is spent",
     "max_depth": "the leaf is at max_depth",
     "min_split_weight": "its weight is below min_split_weight",
-    "min_reservoir": "its reservoir holds fewer rows than min_reservoir_split",
+    "min_reservoir": "its reservoir holds fewer rows than min_reservoir_split (8 while the "
+                     "tree is below half its leaf budget)",
     "moments": "its moments give no split (degenerate or rank-deficient data)",
     "short_documents": "its documents are too short for single-topic moments (multinomial "
                        "needs documents of at least 3 tokens)",
@@ -229,10 +230,12 @@ class TreeNode:
 
     ``weight`` is the (possibly decayed) number of events the node has seen, ``mean`` its first
     moment s / W. Internal nodes have two ``children`` and a ``router``; leaves have neither.
-    ``quality`` holds the split-quality signals measured when the split was made;
-    ``stop_reason`` (a key of :data:`STOP_REASONS`, leaves only) why the leaf is not split,
-    None when nothing stops it (it splits once it has seen enough new events); ``score``
-    (leaves only) the leaf's component of the refined mixture (module docstring).
+    ``quality`` holds the split-quality signals measured when the split was made (and
+    ``growth_floor`` 1.0 on a provisional split of a stream too short for half its leaf
+    budget, undone at the next refit: :mod:`streammom.refit`); ``stop_reason`` (a key of
+    :data:`STOP_REASONS`, leaves only) why the leaf is not split, None when nothing stops it
+    (it splits once it has seen enough new events); ``score`` (leaves only) the leaf's
+    component of the refined mixture (module docstring).
     """
 
     node_id: int

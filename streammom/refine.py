@@ -120,7 +120,8 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   do better (one common τ in every M-step: 300-event code streams 10 → 1 of 26 at ≥ 0.9 ×
   the oracle's ARI);
 * half the components labelled (:func:`streammom.split_merge.labelled_floor`): if fewer
-  than ⌈k/2⌉ of the scores' components then hold a MAP row (the evidence's moves on a short
+  than ⌈k/2⌉ of the scores' components (or than ``min_labelled``, half the engine's leaf
+  budget) then hold a MAP row (the evidence's moves on a short
   stream of many weak clusters can empty half of them), empty ones take halves of the
   splits of the components holding most rows, then pulled shrunk EM (BENCHMARKS.md "Half the
   components labelled");
@@ -291,7 +292,7 @@ def _start(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray,
 def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                    max_iter: int, tol: float = 1e-4, random_state: int = 0,
                    n_events: int | None = None, weight_scale: float = 1.0,
-                   light: bool = False) -> RefinedRouters | None:
+                   light: bool = False, min_labelled: int = 0) -> RefinedRouters | None:
     """EM over the leaves, then one MAP router per internal node (module docstring).
 
     None when there is nothing to refine: a single leaf, a leaf without weight or an empty
@@ -310,6 +311,10 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     <streammom.engine.StreamingHierarchy.refit>`): the tree's partition of the rows, the
     EM passes of :func:`light_em_passes` (many while the rows hold most of the stream, none
     on a small sample of a long one), no restart, re-split or move, then the sums' steps.
+
+    ``min_labelled``: components the scores of a searched code-set refit keep labelling rows,
+    besides half of the leaves (:func:`streammom.split_merge.labelled_floor`; the engine passes
+    half its leaf budget, so a tree grown short of ``max_leaves`` still labels that many).
     """
     leaf_ids = sorted(nid for nid, v in nodes.items() if v.is_leaf)
     leaves = [nodes[nid] for nid in leaf_ids]
@@ -395,7 +400,7 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                                 max_iter=max_iter, sample_weight=row_weight, shrink="pulled")
     if shrink and searched and LABELLED_FLOOR:  # at least half the leaves label rows
         scored = labelled_floor(rows, row_weight, scored, family, max_iter=max_iter, tol=tol,
-                                random_state=random_state)
+                                random_state=random_state, at_least=min_labelled)
     summed = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
                               label=label, shrink=shrink)
     scored = summed if scored is fit else with_stream_sums(rows, row_weight, scored, leaves,

@@ -16,7 +16,13 @@ Design §5. A :class:`RefitPass` runs once per :meth:`StreamingHierarchy.refit
 3. **grow**: leaves heavy enough split, the largest log-likelihood gain first (then a
    re-split's new children, with the leaf budget left over), while depth
    and leaf budget allow and the split quality floors hold (design §4 "split quality"); with
-   ``em`` on, each split made is refined by a 2-component EM on the leaf's reservoir;
+   ``em`` on, each split made is refined by a 2-component EM on the leaf's reservoir. Then
+   the *growth floor*, after the refinement (4.): a tree left with fewer than
+   ⌈``max_leaves`` / 2⌉ leaves while some leaves stop only for want of rows or weight lets
+   those split from :data:`FLOOR_SPLIT_ROWS` rows on, up to that many leaves, and refines
+   again for their scores (a stream of 60–300 events asked for 8–32 leaves otherwise ends
+   below half of them; growing the whole budget from so few rows labels worse). Its splits
+   are provisional and change no other router (:meth:`RefitPass._grow_to_floor`);
 4. **refine** (``em``): EM over the leaves' mixture with its spectral restart, then MAP
    routers (:mod:`streammom.refine`).
 
@@ -62,7 +68,8 @@ from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
 if TYPE_CHECKING:
     from streammom.engine import StreamingHierarchy
 
-__all__ = ["RESPLIT_Z", "RefitPass", "reservoir_row_weight", "split_weight_threshold"]
+__all__ = ["FLOOR_MARK", "FLOOR_SPLIT_ROWS", "RESPLIT_Z", "RefitPass", "reservoir_row_weight",
+           "split_weight_threshold"]
 
 #: A re-split must beat the node's current routing by this many standard errors of the
 #: per-row gain difference on the node's reservoir (one-sided paired z-test, ~2.3 % false
@@ -72,6 +79,16 @@ RESPLIT_Z = 2.0
 #: Significant bits of the weight a reservoir row stands for when children are built from a
 #: reservoir (:func:`reservoir_row_weight`).
 ROW_WEIGHT_BITS = 21
+
+#: Rows a leaf needs to split under the growth floor (:meth:`RefitPass._grow_to_floor`), where
+#: the tree would otherwise stay below half its leaf budget on a stream too short for it.
+FLOOR_SPLIT_ROWS = 8
+
+#: The key marking a split of the growth floor, in the node's quality and its lineage records.
+FLOOR_MARK = "growth_floor"
+
+#: A split candidate on the growth heap: (−gain, node id, share of rows sent right, split).
+Candidate = tuple[float, int, float, Split]
 
 
 def reservoir_row_weight(weight: float, n: int) -> float:
@@ -136,8 +153,10 @@ class RefitPass:
         self.records: list[dict[str, Any]] = []
         self.touched: set[int] = set()  # nodes created or restructured: not split again
         self.regrow: set[int] = set()  # children of a re-split: grown with the budget left
+        self.undone: set[int] = set()  # growth-floor splits undone: grown again at once
         self.plans: dict[int, Plan] = {}
         self.root_recomputed = False  # the root's moment split was recomputed in this pass
+        self.floor_rows: int | None = None  # rows a split needs under the growth floor
         self.split_weight = split_weight_threshold(
             engine.min_split_weight, engine._weight_true(engine.nodes_[engine.root_id_]),
             engine.max_leaves, engine.min_reservoir_split)
@@ -148,9 +167,11 @@ class RefitPass:
         self._plan(eng.root_id_, None)
         self._apply(eng.root_id_)
         self.plans.clear()
-        self._grow()
+        n_leaves = self._grow()
         if eng.em and self._refine_due():
             self._refine()
+        if self._grow_to_floor(n_leaves) and eng.em:
+            self._refine()  # the floor's leaves get scores; the rest keeps its routers
         return self.records
 
     def run_light(self) -> list[dict[str, Any]]:
@@ -160,7 +181,7 @@ class RefitPass:
             self._refine(light=True)
         return self.records
 
-    def _grow(self) -> None:
+    def _grow(self) -> int:
         """Split leaves while the leaf budget lasts, the one whose split adds the most
         log-likelihood first (:func:`streammom.refine.split_gain`); a new leaf becomes a
         candidate at once, so one refit grows as many levels as the data support. The children
@@ -169,16 +190,12 @@ class RefitPass:
         a tree is never left with fewer leaves than the budget allows because a re-split took
         its subtree (at the root: two leaves). Every leaf ends with its stop reason
         (:data:`streammom.model.STOP_REASONS`; None: it may split
-        once it has new events)."""
+        once it has new events). Returns the number of leaves."""
         eng = self.eng
-        heap: list[tuple[float, int, float, Split]] = []  # (-gain, id, right share, split)
+        heap: list[Candidate] = []
 
         def offer(v: Node) -> None:
-            v.stop_reason = self._static_stop(v)
-            found = None if v.stop_reason else self._leaf_split(v)
-            if found is not None:
-                gain, split, right = found
-                heapq.heappush(heap, (-gain, v.node_id, right, split))
+            self._offer(heap, v)
 
         n_leaves = sum(1 for v in eng.nodes_.values() if v.is_leaf)
         for v in sorted(eng.nodes_.values(), key=lambda v: v.node_id):
@@ -186,8 +203,8 @@ class RefitPass:
                 v.stop_reason = None
             elif n_leaves >= eng.max_leaves:  # a full tree computes no candidate split
                 v.stop_reason = self._static_stop(v) or "max_leaves"
-            elif v.node_id not in self.touched and self._stale(v):
-                offer(v)
+            elif v.node_id in self.undone or (v.node_id not in self.touched and self._stale(v)):
+                offer(v)  # stale, or a floor split just undone (grown again from its sums)
             elif v.stop_reason in (None, "max_leaves", "first_refit"):
                 v.stop_reason = self._static_stop(v)
         regrow = sorted(self.regrow)
@@ -200,25 +217,86 @@ class RefitPass:
                         offer(eng.nodes_[nid])
                 regrow = []
                 continue
-            _, nid, right, split = heapq.heappop(heap)
-            v = eng.nodes_[nid]
-            split, right = self._split_em(v, split, right)
-            if self._spawn_children(v, split, v.acc.C) is None:
-                v.stop_reason = "moments"
-                continue
-            v.stop_reason = None
-            self._record("split", v, child_share=[1.0 - right, right])
-            n_leaves += 1
-            for c in v.children:
-                offer(eng.nodes_[c])
+            n_leaves += self._split_best(heap)
         for _, nid, _, _ in heap:  # candidates the budget ran out for
             eng.nodes_[nid].stop_reason = "max_leaves"
+        return n_leaves
+
+    def _offer(self, heap: list[Candidate], v: Node) -> None:
+        """Push leaf ``v``'s split candidate on ``heap``, or set its stop reason."""
+        v.stop_reason = self._static_stop(v)
+        found = None if v.stop_reason else self._leaf_split(v)
+        if found is not None:
+            gain, split, right = found
+            heapq.heappush(heap, (-gain, v.node_id, right, split))
+
+    def _split_best(self, heap: list[Candidate], *, floor: bool = False) -> int:
+        """Make the best candidate's split (its EM first) and offer its children: the leaves
+        added, 1, or 0 when the refined split spawns no children. ``floor``: a split of the
+        growth floor, marked (:data:`FLOOR_MARK`) and recorded as such."""
+        eng = self.eng
+        _, nid, right, split = heapq.heappop(heap)
+        v = eng.nodes_[nid]
+        split, right = self._split_em(v, split, right)
+        if self._spawn_children(v, split, v.acc.C) is None:
+            v.stop_reason = "moments"
+            return 0
+        v.stop_reason = None
+        if floor:
+            v.quality[FLOOR_MARK] = 1.0
+        self._record("split", v, child_share=[1.0 - right, right],
+                     **({FLOOR_MARK: True} if floor else {}))
+        for c in v.children:
+            self._offer(heap, eng.nodes_[c])
+        return 1
+
+    def _grow_to_floor(self, n_leaves: int) -> bool:
+        """The growth floor (module docstring, 3.): while the tree has fewer than
+        ⌈``max_leaves`` / 2⌉ leaves and some leaves stop only for want of rows or weight
+        (``min_reservoir``, ``min_split_weight``), those leaves may split from
+        :data:`FLOOR_SPLIT_ROWS` rows on, the largest gain first, up to that many leaves.
+        Every other floor (depth, split quality, one-sided children) holds. True when it
+        split a leaf: the refit then refines again, and that refinement gives every leaf its
+        score but changes only the floor's routers.
+
+        The floor shapes the labels, never what the rest of the tree learns. Its splits carry
+        :data:`FLOOR_MARK` in their quality and lineage record and are provisional: the next
+        refit undoes them (a prune recorded with the mark; the node's own sums hold every
+        event its children took) and grows the tree again; and the other routers keep the
+        refinement made before the floor grew, so between refits the stream reaches the
+        rest of the tree as it would without the floor. On long streams fed in batches of
+        100, floor splits kept until the node had the rows to split, or undone but with the
+        whole tree's routers refined alongside them, fixed the young tree's structure from
+        8–30 rows and labelled worse (BENCHMARKS.md "A growth floor of half the leaf
+        budget")."""
+        eng = self.eng
+        floor = -(-eng.max_leaves // 2)
+        short = ("min_reservoir", "min_split_weight")
+        waiting = [v for v in eng.nodes_.values() if v.is_leaf and v.stop_reason in short]
+        if n_leaves >= floor or not waiting:
+            return False
+        grown = n_leaves
+        self.floor_rows = min(FLOOR_SPLIT_ROWS, eng.min_reservoir_split)
+        heap: list[Candidate] = []
+        for v in sorted(waiting, key=lambda v: v.node_id):
+            self._offer(heap, v)
+        while n_leaves < floor and heap:
+            n_leaves += self._split_best(heap, floor=True)
+        self.floor_rows = None
+        waited = {v.node_id for v in waiting}
+        for v in eng.nodes_.values():  # the floor's leaves say why a split waits: its bounds
+            floor_child = v.parent in eng.nodes_ and FLOOR_MARK in eng.nodes_[v.parent].quality
+            if v.is_leaf and (v.node_id in waited or floor_child):
+                v.stop_reason = self._static_stop(v) or v.stop_reason
+        return n_leaves > grown
 
     def _static_stop(self, v: Node) -> str | None:
         """The stop reason a leaf has before any split is computed, or None."""
         eng = self.eng
         if v.depth >= eng.max_depth:
             return "max_depth"
+        if self.floor_rows is not None:  # the growth floor's bounds (:meth:`_grow_to_floor`)
+            return "min_reservoir" if len(v.reservoir) < self.floor_rows else None
         if eng._weight_true(v) < self.split_weight:
             return "min_split_weight"
         if len(v.reservoir) < eng.min_reservoir_split:
@@ -240,15 +318,19 @@ class RefitPass:
         refined = refine_routers(eng.nodes_, eng.root_id_, eng.family_,
                                  max_iter=eng.em_max_iter, random_state=eng.random_state,
                                  n_events=eng.n_events_seen_, weight_scale=eng._scale(),
-                                 light=light)
+                                 light=light, min_labelled=-(-eng.max_leaves // 2))
         scores = {} if refined is None else refined.scores
         rescored = [nid for nid, v in eng.nodes_.items()
                     if (v.score is None) != (scores.get(nid) is None)
                     or (v.score is not None and not v.score.same_as(scores.get(nid)))]
         for nid, v in eng.nodes_.items():
             v.score = scores.get(nid)
+        # with growth-floor splits in the tree, only their routers change: the rest of the
+        # tree routes the stream as it would without them (:meth:`_grow_to_floor`)
+        floor = {nid for nid, v in eng.nodes_.items() if FLOOR_MARK in v.quality}
         changed = [] if refined is None else [
-            nid for nid, r in refined.routers.items() if not r.same_as(eng.nodes_[nid].router)]
+            nid for nid, r in refined.routers.items()
+            if (not floor or nid in floor) and not r.same_as(eng.nodes_[nid].router)]
         for nid in changed:
             eng.nodes_[nid].router = refined.routers[nid]  # type: ignore[union-attr]
         if changed or rescored:
@@ -304,7 +386,10 @@ class RefitPass:
             return
         W = eng._weight_true(v)
         kid_w = [eng._weight_true(eng.nodes_[c]) for c in v.children]
-        prune = W <= 0 or min(kid_w) < eng.prune_fraction * W
+        # a split the growth floor made is provisional: undone at the next refit, which grows
+        # the tree again from the sums it has then (:meth:`_grow_to_floor`)
+        prune = (W <= 0 or min(kid_w) < eng.prune_fraction * W
+                 or FLOOR_MARK in v.quality)
         stale = self._stale(v)
         if not (prune or stale):
             if into is not None:
@@ -396,10 +481,13 @@ class RefitPass:
                     return
             removed = eng._drop_subtree_below(v)
             v.acc.C = plan.full
+            undone = {FLOOR_MARK: True} if FLOOR_MARK in v.quality else {}
             v.quality = {}
             self.touched.add(nid)
+            if undone:
+                self.undone.add(nid)
             self._record("prune", v, removed=removed,
-                         child_weights=[float(x) for x in plan.child_weights])
+                         child_weights=[float(x) for x in plan.child_weights], **undone)
             return
         if isinstance(plan, Stale):
             v.quality = {**v.quality, "stale_split": 1.0}

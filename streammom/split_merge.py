@@ -112,9 +112,11 @@ evidence empties components the evidence does not miss. On ``bench/random_shapes
 stream of 1,500 events, d = 2,000, 16 leaves and 6 codes an event, 9 of the 16 were emptied:
 7 labels, 0.729 × the oracle's ARI, where shrunk EM from the true labels keeps 16 at 0.917.
 Issue #15 asks for never fewer than k/2 clusters, and a user who asks for ``max_leaves=k``
-and whose tree grew them expects at least that many: while fewer than ⌈k/2⌉ components hold
-a MAP row, an empty one takes one half of the split candidate (2. above) of the component
-holding most rows, then pulled shrunk EM runs on all the rows. That stream: 8 labels, 0.828.
+and whose tree grew them expects at least that many: while fewer than ⌈k/2⌉ components (or
+``at_least``: the engine asks for half its leaf budget, which a tree short of the budget
+may not reach by ⌈k/2⌉) hold a MAP row, an empty one takes one half of the split candidate
+(2. above) of the component holding most rows, then pulled shrunk EM runs on all the rows.
+That stream: 8 labels, 0.828.
 Refilling every empty component instead labelled worse on the 300-event streams, where the
 emptied components of 8 clusters of about 37 events label better than a refilled split
 (mean 0.853 → 0.828 × the oracle's ARI); the floor leaves those streams as they were
@@ -282,17 +284,18 @@ def split_merge(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult
 
 
 def labelled_floor(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
-                   family: Family, *, max_iter: int, tol: float, random_state: int
-                   ) -> MixtureEMResult:
-    """``fit`` with at least ⌈k / 2⌉ of its k components holding a MAP row (module docstring,
-    "Half the components labelled"): while fewer do, an empty component takes one half of the
-    split candidate of the component holding most rows' weight (:func:`_split_candidate`),
-    then pulled shrunk EM (:func:`streammom.mixture.fit_mixture_em` ``shrink="pulled"``) on all
-    the rows; ``fit`` itself when enough components are labelled or no component splits.
-    Code sets (Bernoulli) only, like the pulled EM."""
+                   family: Family, *, max_iter: int, tol: float, random_state: int,
+                   at_least: int = 0) -> MixtureEMResult:
+    """``fit`` with at least max(⌈k / 2⌉, ``at_least``) of its k components (k at most)
+    holding a MAP row (module docstring, "Half the components labelled"): while fewer do, an
+    empty component takes one half of the split candidate of the component holding most rows'
+    weight (:func:`_split_candidate`), then pulled shrunk EM
+    (:func:`streammom.mixture.fit_mixture_em` ``shrink="pulled"``) on all the rows; ``fit``
+    itself when enough components are labelled or no component splits. Code sets (Bernoulli)
+    only, like the pulled EM."""
     k, d = fit.means.shape
     label = fit_labels(rows, fit)
-    missing = -(-k // 2) - np.unique(label).size  # components to label up to ⌈k/2⌉
+    missing = min(k, max(-(-k // 2), at_least)) - np.unique(label).size  # components to label
     if missing <= 0:
         return fit
     means, weights = fit.means.copy(), fit.weights.copy()

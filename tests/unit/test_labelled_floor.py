@@ -60,6 +60,17 @@ def test_a_fit_labelling_half_its_components_or_more_is_kept_as_it_is() -> None:
                               tol=1e-4, random_state=0) is fit
 
 
+def test_at_least_raises_the_floor_above_half_the_components() -> None:
+    # the engine asks for half its leaf budget: a tree of 6 leaves whose budget is 16 keeps 6
+    X, y = _blocks(6)
+    fit = _collapsed(X, y, 6, 3)
+    assert labelled_floor(X, np.ones(X.shape[0]), fit, "bernoulli", max_iter=50, tol=1e-4,
+                          random_state=0) is fit  # ⌈6/2⌉ = 3 labelled: nothing to do
+    out = labelled_floor(X, np.ones(X.shape[0]), fit, "bernoulli", max_iter=50, tol=1e-4,
+                         random_state=0, at_least=8)
+    assert np.unique(fit_labels(X, out)).size >= 6  # capped at the 6 components there are
+
+
 def test_the_floor_is_deterministic() -> None:
     X, y = _blocks(8, seed=3)
     fit = _collapsed(X, y, 8, 2)

@@ -75,8 +75,15 @@ def test_a_stream_shorter_than_the_first_refit_says_why_it_is_one_cluster() -> N
     assert "first_refit" not in eng.model_.stopped_leaves()
     short = StreamingHierarchy(X.shape[1], max_leaves=4)
     short.partial_fit(X[:30])
-    short.refit()  # by hand: 30 events are below min_reservoir_split, the root stays a leaf
-    assert short.model_.stopped_leaves() == {"min_split_weight": 1}
+    short.refit()  # by hand: 30 events are below min_reservoir_split (32) and ...
+    with_floor = short.model_.stopped_leaves()
+    # ... the growth floor splits the root once, half the budget of 4, from 8 rows on; each
+    # half then waits for the weight a split needs, and says so
+    assert short.model_.n_leaves == 2 and with_floor == {"min_split_weight": 2}
+    bare = StreamingHierarchy(X.shape[1], max_leaves=4, min_reservoir_split=8)
+    bare.partial_fit(X[:4])  # fewer rows than the floor's 8: the root stays a leaf
+    bare.refit()
+    assert bare.model_.stopped_leaves() == {"min_split_weight": 1}
 
 
 def test_refinement_improves_on_the_moment_routers() -> None:
