@@ -193,10 +193,6 @@ class RefitPass:
         once it has new events). Returns the number of leaves."""
         eng = self.eng
         heap: list[Candidate] = []
-
-        def offer(v: Node) -> None:
-            self._offer(heap, v)
-
         n_leaves = sum(1 for v in eng.nodes_.values() if v.is_leaf)
         for v in sorted(eng.nodes_.values(), key=lambda v: v.node_id):
             if not v.is_leaf:
@@ -204,7 +200,7 @@ class RefitPass:
             elif n_leaves >= eng.max_leaves:  # a full tree computes no candidate split
                 v.stop_reason = self._static_stop(v) or "max_leaves"
             elif v.node_id in self.undone or (v.node_id not in self.touched and self._stale(v)):
-                offer(v)  # stale, or a floor split just undone (grown again from its sums)
+                self._offer(heap, v)  # stale, or a floor split just undone: grown again
             elif v.stop_reason in (None, "max_leaves", "first_refit"):
                 v.stop_reason = self._static_stop(v)
         regrow = sorted(self.regrow)
@@ -214,7 +210,7 @@ class RefitPass:
                     break
                 for nid in regrow:
                     if nid in eng.nodes_ and eng.nodes_[nid].is_leaf:
-                        offer(eng.nodes_[nid])
+                        self._offer(heap, eng.nodes_[nid])
                 regrow = []
                 continue
             n_leaves += self._split_best(heap)

@@ -121,3 +121,16 @@ def test_a_restored_engine_undoes_the_floor_as_the_uninterrupted_one_does() -> N
         [r for r in eng.lineage_ if r["event"] in ("split", "prune")]
     assert np.array_equal(restored.predict(X), eng.predict(X))
     assert restored.snapshot() == eng.snapshot()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_few_dozen_events_still_label_half_the_budget(seed: int) -> None:
+    # 24 events, 4 leaves asked: the floor splits the root from 8 rows, and the scores keep
+    # both halves labelled even where the last EM on so few rows would merge them again
+    # (split_merge.labelled_floor keeps the refilled fit then)
+    X, _, _ = make_hierarchical_bernoulli(24, 300, 4, random_state=seed)
+    X = sp.csr_array(X)
+    eng = StreamingHierarchy(300, max_leaves=4, first_refit=16)
+    eng.partial_fit(X)
+    assert eng.n_refits_ == 1 and eng.model_.n_leaves == 2
+    assert np.unique(eng.predict(X)).size >= 2
