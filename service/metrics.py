@@ -146,6 +146,13 @@ class WorkerMetrics:
             "label their events with other leaves (the refinement merged their clusters).",
             registry=r,
         )
+        self.provisional_splits = Gauge(
+            "streammom_tree_provisional_splits",
+            "Splits of the current tree made by the growth floor of a stream too short for half "
+            "its leaf budget (from as few as 8 rows); the next refit undoes them and grows the "
+            "tree again.",
+            registry=r,
+        )
         self.last_checkpoint = Gauge(
             "streammom_last_checkpoint_timestamp_seconds",
             "Unix time of the last checkpoint written.",
@@ -269,6 +276,7 @@ class WorkerMetrics:
         self._vocabulary_full = False  # a full vocabulary is reported once per process
         self._refused: dict[str, int] = {}  # refused splits last logged
         self._empty = 0  # empty leaves last logged
+        self._provisional = 0  # growth-floor splits last seen
         for reason in STOP_REASONS:
             self.leaves_stopped.labels(reason=reason)
 
@@ -343,6 +351,16 @@ class WorkerMetrics:
                 "%d of the tree's %d leaves are empty: %s", empty, model.n_leaves, EMPTY_LEAVES,
                 extra={"leaves": int(model.n_leaves), "empty_leaves": empty})
         self._empty = empty
+        provisional = len(model.provisional_splits())
+        self.provisional_splits.set(provisional)
+        if provisional and not self._provisional:
+            _log.info(
+                "the stream is too short for half the leaf budget: %d provisional splits (from "
+                "as few as 8 rows) give the tree %d of %d leaves until the next refit",
+                provisional, model.n_leaves, engine.max_leaves,
+                extra={"provisional_splits": provisional, "leaves": int(model.n_leaves),
+                       "max_leaves": int(engine.max_leaves)})
+        self._provisional = provisional
 
     def exposition(self) -> bytes:
         """The text exposition of the registry."""

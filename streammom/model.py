@@ -408,6 +408,13 @@ class HierarchyModel:
                      if n.is_leaf and n.score is not None and n.score.share is not None
                      and n.score.share * total < EMPTY_LEAF_EVENTS)
 
+    def provisional_splits(self) -> tuple[int, ...]:
+        """Ids of the internal nodes split by the growth floor of a stream too short for half
+        its leaf budget (quality ``growth_floor``; :mod:`streammom.refit`): provisional, from
+        as few as 8 rows, and undone at the next refit, which grows the tree again."""
+        return tuple(n.node_id for n in self.nodes.values()
+                     if not n.is_leaf and n.quality.get("growth_floor"))
+
     def refused_splits(self, max_leaves: int) -> dict[str, int]:
         """Leaves whose split the data refused (:data:`REFUSED_SPLITS`) when they keep the
         tree below ``max_leaves``, by reason; empty otherwise (nothing to report)."""

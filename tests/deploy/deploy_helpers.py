@@ -35,6 +35,7 @@ CONTRACT_METRICS: dict[str, str] = {
     "streammom_tree_leaves": "gauge",
     "streammom_tree_depth": "gauge",
     "streammom_tree_leaves_empty": "gauge",
+    "streammom_tree_provisional_splits": "gauge",
     "streammom_last_checkpoint_timestamp_seconds": "gauge",
     "streammom_ready": "gauge",
     "streammom_assignments_published_total": "counter",

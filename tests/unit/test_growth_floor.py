@@ -134,3 +134,28 @@ def test_a_few_dozen_events_still_label_half_the_budget(seed: int) -> None:
     eng.partial_fit(X)
     assert eng.n_refits_ == 1 and eng.model_.n_leaves == 2
     assert np.unique(eng.predict(X)).size >= 2
+
+
+def test_the_daemon_exports_and_logs_the_provisional_splits(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from prometheus_client import CollectorRegistry
+
+    from service.metrics import WorkerMetrics
+
+    eng, _ = _fit(60, 8, 0)
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry)
+    provisional = eng.model_.provisional_splits()
+    assert len(provisional) == _floor_splits(eng) > 0
+    with caplog.at_level(logging.INFO, logger="streammom.worker"):
+        metrics.observe_model(eng)
+        metrics.observe_model(eng)  # unchanged: logged once
+    assert registry.get_sample_value("streammom_tree_provisional_splits") == len(provisional)
+    said = [r for r in caplog.records if "provisional splits" in r.getMessage()]
+    assert len(said) == 1 and "4 of 8 leaves" in said[0].getMessage()
+    grown, _ = _fit(500, 8, 0)  # long enough: nothing provisional, the gauge falls back to 0
+    assert grown.model_.provisional_splits() == ()
+    metrics.observe_model(grown)
+    assert registry.get_sample_value("streammom_tree_provisional_splits") == 0.0
