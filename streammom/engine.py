@@ -60,6 +60,7 @@ from streammom.engine_merge import fork_of, merge_into
 from streammom.engine_params import ENGINE_PARAMETERS
 from streammom.estimators import Family, FamilyOption, check_family_data, resolve_family
 from streammom.model import (
+    FLOOR_MARK,
     HierarchyModel,
     Routing,
 )
@@ -68,7 +69,7 @@ from streammom.moments import (
     row_sums,
 )
 from streammom.packed import Packed, add_into, dense
-from streammom.refit import FLOOR_MARK, RefitPass
+from streammom.refit import RefitPass
 from streammom.refit_budget import (
     light_refit_burst,
     light_refit_cost_events,

@@ -48,9 +48,9 @@ from streammom.serialization import (
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["EMPTY_LEAF_EVENTS", "REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel", "LeafScore",
-           "Router", "Routing", "TreeNode", "describe_refusals", "leaf_scores", "map_router",
-           "subtree"]
+__all__ = ["EMPTY_LEAF_EVENTS", "FLOOR_MARK", "REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel",
+           "LeafScore", "Router", "Routing", "TreeNode", "describe_refusals", "leaf_scores",
+           "map_router", "subtree"]
 
 MODEL_SCHEMA_VERSION = 1
 MAX_NODE_ID = 2**24 - 1
@@ -171,6 +171,10 @@ def map_router(
 
 #: Why a leaf is not split, as the model records it (``TreeNode.stop_reason``): the streaming
 #: engine's reasons, then those only the batch :class:`~streammom.HierarchicalMoM` gives.
+#: The ``quality`` key marking a provisional split of the growth floor (:mod:`streammom.refit`),
+#: also set on its lineage records.
+FLOOR_MARK = "growth_floor"
+
 STOP_REASONS: dict[str, str] = {
     "first_refit": "no refit has run yet (the first comes after first_refit events, or "
                    "call refit()): every event is in the root",
@@ -413,7 +417,7 @@ class HierarchyModel:
         its leaf budget (quality ``growth_floor``; :mod:`streammom.refit`): provisional, from
         as few as 8 rows, and undone at the next refit, which grows the tree again."""
         return tuple(n.node_id for n in self.nodes.values()
-                     if not n.is_leaf and n.quality.get("growth_floor"))
+                     if not n.is_leaf and FLOOR_MARK in n.quality)
 
     def refused_splits(self, max_leaves: int) -> dict[str, int]:
         """Leaves whose split the data refused (:data:`REFUSED_SPLITS`) when they keep the

@@ -52,7 +52,7 @@ import scipy.sparse.linalg as spla
 from streammom.decompose import KnownSpectrumOperator
 from streammom.eigen import NodeEigensolver, complete_basis
 from streammom.estimators import NodeMoments
-from streammom.model import Router
+from streammom.model import FLOOR_MARK, Router
 from streammom.packed import Packed, SparsePacked, SymmetricMatrix, add_into, dense
 from streammom.refine import (
     gains_significantly,
@@ -68,7 +68,7 @@ from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
 if TYPE_CHECKING:
     from streammom.engine import StreamingHierarchy
 
-__all__ = ["FLOOR_MARK", "FLOOR_SPLIT_ROWS", "RESPLIT_Z", "RefitPass", "reservoir_row_weight",
+__all__ = ["FLOOR_SPLIT_ROWS", "RESPLIT_Z", "RefitPass", "reservoir_row_weight",
            "split_weight_threshold"]
 
 #: A re-split must beat the node's current routing by this many standard errors of the
@@ -83,9 +83,6 @@ ROW_WEIGHT_BITS = 21
 #: Rows a leaf needs to split under the growth floor (:meth:`RefitPass._grow_to_floor`), where
 #: the tree would otherwise stay below half its leaf budget on a stream too short for it.
 FLOOR_SPLIT_ROWS = 8
-
-#: The key marking a split of the growth floor, in the node's quality and its lineage records.
-FLOOR_MARK = "growth_floor"
 
 #: A split candidate on the growth heap: (−gain, node id, share of rows sent right, split).
 Candidate = tuple[float, int, float, Split]
@@ -266,7 +263,7 @@ class RefitPass:
         8–30 rows and labelled worse (BENCHMARKS.md "A growth floor of half the leaf
         budget")."""
         eng = self.eng
-        floor = -(-eng.max_leaves // 2)
+        floor = self._half_budget()
         short = ("min_reservoir", "min_split_weight")
         waiting = [v for v in eng.nodes_.values() if v.is_leaf and v.stop_reason in short]
         if n_leaves >= floor or not waiting:
@@ -285,6 +282,10 @@ class RefitPass:
             if v.is_leaf and (v.node_id in waited or floor_child):
                 v.stop_reason = self._static_stop(v) or v.stop_reason
         return n_leaves > grown
+
+    def _half_budget(self) -> int:
+        """⌈``max_leaves`` / 2⌉: the leaves the growth floor grows and the scores label."""
+        return -(-self.eng.max_leaves // 2)
 
     def _static_stop(self, v: Node) -> str | None:
         """The stop reason a leaf has before any split is computed, or None."""
@@ -314,7 +315,7 @@ class RefitPass:
         refined = refine_routers(eng.nodes_, eng.root_id_, eng.family_,
                                  max_iter=eng.em_max_iter, random_state=eng.random_state,
                                  n_events=eng.n_events_seen_, weight_scale=eng._scale(),
-                                 light=light, min_labelled=-(-eng.max_leaves // 2))
+                                 light=light, min_labelled=self._half_budget())
         scores = {} if refined is None else refined.scores
         rescored = [nid for nid, v in eng.nodes_.items()
                     if (v.score is None) != (scores.get(nid) is None)
