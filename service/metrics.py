@@ -29,7 +29,7 @@ from service.events import REJECT_REASONS, UNREADABLE
 from service.transport import TopicPartition
 from streammom import StreamingHierarchy, Vocabulary, __version__
 from streammom.describe import EMPTY_LEAVES
-from streammom.model import STOP_REASONS, describe_refusals
+from streammom.model import FLOOR_SPLIT_ROWS, STOP_REASONS, describe_refusals
 
 __all__ = ["WorkerMetrics"]
 
@@ -149,8 +149,8 @@ class WorkerMetrics:
         self.provisional_splits = Gauge(
             "streammom_tree_provisional_splits",
             "Splits of the current tree made by the growth floor of a stream too short for half "
-            "its leaf budget (from as few as 8 rows); the next refit undoes them and grows the "
-            "tree again.",
+            f"its leaf budget (from as few as {FLOOR_SPLIT_ROWS} rows); the next refit undoes "
+            "them and grows the tree again.",
             registry=r,
         )
         self.last_checkpoint = Gauge(
@@ -356,8 +356,9 @@ class WorkerMetrics:
         if provisional and not self._provisional:
             _log.info(
                 "the stream is too short for half the leaf budget: %d provisional splits (from "
-                "as few as 8 rows) give the tree %d of %d leaves until the next refit",
-                provisional, model.n_leaves, engine.max_leaves,
+                "as few as %d rows) give the tree %d of %d leaves until the next refit",
+                provisional, min(FLOOR_SPLIT_ROWS, engine.min_reservoir_split), model.n_leaves,
+                engine.max_leaves,
                 extra={"provisional_splits": provisional, "leaves": int(model.n_leaves),
                        "max_leaves": int(engine.max_leaves)})
         self._provisional = provisional

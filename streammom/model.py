@@ -48,9 +48,9 @@ from streammom.serialization import (
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["EMPTY_LEAF_EVENTS", "FLOOR_MARK", "REFUSED_SPLITS", "STOP_REASONS", "HierarchyModel",
-           "LeafScore", "Router", "Routing", "TreeNode", "describe_refusals", "leaf_scores",
-           "map_router", "subtree"]
+__all__ = ["EMPTY_LEAF_EVENTS", "FLOOR_MARK", "FLOOR_SPLIT_ROWS", "REFUSED_SPLITS",
+           "STOP_REASONS", "HierarchyModel", "LeafScore", "Router", "Routing", "TreeNode",
+           "describe_refusals", "leaf_scores", "map_router", "subtree"]
 
 MODEL_SCHEMA_VERSION = 1
 MAX_NODE_ID = 2**24 - 1
@@ -169,20 +169,25 @@ def map_router(
     return Router(weights=w, bias=b, absolute=False)
 
 
-#: Why a leaf is not split, as the model records it (``TreeNode.stop_reason``): the streaming
-#: engine's reasons, then those only the batch :class:`~streammom.HierarchicalMoM` gives.
 #: The ``quality`` key marking a provisional split of the growth floor (:mod:`streammom.refit`),
 #: also set on its lineage records.
 FLOOR_MARK = "growth_floor"
 
+#: Rows a leaf needs to split under the growth floor (at most ``min_reservoir_split``), where
+#: the tree would otherwise stay below half its leaf budget on a stream too short for it
+#: (:meth:`streammom.refit.RefitPass._grow_to_floor`).
+FLOOR_SPLIT_ROWS = 8
+
+#: Why a leaf is not split, as the model records it (``TreeNode.stop_reason``): the streaming
+#: engine's reasons, then those only the batch :class:`~streammom.HierarchicalMoM` gives.
 STOP_REASONS: dict[str, str] = {
     "first_refit": "no refit has run yet (the first comes after first_refit events, or "
                    "call refit()): every event is in the root",
     "max_leaves": "the leaf budget (max_leaves) is spent",
     "max_depth": "the leaf is at max_depth",
     "min_split_weight": "its weight is below min_split_weight",
-    "min_reservoir": "its reservoir holds fewer rows than min_reservoir_split (8 while the "
-                     "tree is below half its leaf budget)",
+    "min_reservoir": "its reservoir holds fewer rows than min_reservoir_split "
+                     f"({FLOOR_SPLIT_ROWS} while the tree is below half its leaf budget)",
     "moments": "its moments give no split (degenerate or rank-deficient data)",
     "short_documents": "its documents are too short for single-topic moments (multinomial "
                        "needs documents of at least 3 tokens)",
@@ -415,7 +420,8 @@ class HierarchyModel:
     def provisional_splits(self) -> tuple[int, ...]:
         """Ids of the internal nodes split by the growth floor of a stream too short for half
         its leaf budget (quality ``growth_floor``; :mod:`streammom.refit`): provisional, from
-        as few as 8 rows, and undone at the next refit, which grows the tree again."""
+        as few as :data:`FLOOR_SPLIT_ROWS` rows, and undone at the next refit, which grows the
+        tree again."""
         return tuple(n.node_id for n in self.nodes.values()
                      if not n.is_leaf and FLOOR_MARK in n.quality)
 

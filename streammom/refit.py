@@ -52,7 +52,7 @@ import scipy.sparse.linalg as spla
 from streammom.decompose import KnownSpectrumOperator
 from streammom.eigen import NodeEigensolver, complete_basis
 from streammom.estimators import NodeMoments
-from streammom.model import FLOOR_MARK, Router
+from streammom.model import FLOOR_MARK, FLOOR_SPLIT_ROWS, Router
 from streammom.packed import Packed, SparsePacked, SymmetricMatrix, add_into, dense
 from streammom.refine import (
     gains_significantly,
@@ -79,10 +79,6 @@ RESPLIT_Z = 2.0
 #: Significant bits of the weight a reservoir row stands for when children are built from a
 #: reservoir (:func:`reservoir_row_weight`).
 ROW_WEIGHT_BITS = 21
-
-#: Rows a leaf needs to split under the growth floor (:meth:`RefitPass._grow_to_floor`), where
-#: the tree would otherwise stay below half its leaf budget on a stream too short for it.
-FLOOR_SPLIT_ROWS = 8
 
 #: A split candidate on the growth heap: (−gain, node id, share of rows sent right, split).
 Candidate = tuple[float, int, float, Split]

@@ -328,6 +328,7 @@ def labelled_floor(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMRes
         return fit
     refit = fit_mixture_em(rows, means, weights, family=family, tol=tol, max_iter=max_iter,
                            sample_weight=row_weight, shrink="pulled")
+    # ``label`` now holds the refill's partition: keep the EM unless it labels fewer
     if np.unique(fit_labels(rows, refit)).size >= min(target, np.unique(label).size):
         return refit
     # the EM emptied the refilled components again (a few dozen rows): the refilled fit
