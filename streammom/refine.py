@@ -169,7 +169,7 @@ from streammom.mixture import (
 from streammom.model import LeafScore, Router, leaf_scores, map_router
 from streammom.pair_resplit import pair_resplit
 from streammom.spectral import family_range
-from streammom.split import Split
+from streammom.split import Split, refine_split_em
 from streammom.split_merge import (
     EVIDENCE_MARGIN,
     MOVE_TRIALS,
@@ -182,9 +182,9 @@ from streammom.tree import Node, subtree
 
 __all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "EVIDENCE_MOVES", "LIGHT_EM_PASSES",
            "LIGHT_EM_WORK", "MOVE_BETAS", "PAIR_EM_PASSES", "PAIR_WORK", "SCORE_MOVES_TIC_ROWS",
-           "SHRINK", "WORK_LEAVES", "RefinedRouters", "em_passes", "gains_significantly",
-           "light_em_passes", "match_components", "principal_bisection", "refine_routers",
-           "spectral_restart", "split_gain", "split_gain_rows", "subtree_centre"]
+           "SHRINK", "WORK_LEAVES", "RefinedRouters", "data_split", "em_passes",
+           "gains_significantly", "light_em_passes", "match_components", "principal_bisection",
+           "refine_routers", "spectral_restart", "split_gain", "split_gain_rows", "subtree_centre"]
 
 _CENTRE_FLOOR = 1e-6
 #: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so
@@ -612,3 +612,23 @@ def principal_bisection(split: Split, X: sp.csr_array, seed: int, n_iter: int = 
     cut = float(np.median(proj))
     router = Router(np.vstack([np.zeros(d), v]), np.array([0.0, -cut]), absolute=False)
     return replace(split, router=router)
+
+
+def data_split(X: sp.csr_array, *, family: Family, seed: int, max_iter: int) -> Split | None:
+    """A node's 2-way split found from its rows alone, for a node whose moments give none
+    (M2 with fewer than two positive eigenvalues: the single-topic correction of short,
+    proportional rows can leave one): the rows' principal bisection
+    (:func:`principal_bisection`) as the start of a 2-component EM
+    (:func:`~streammom.split.refine_split_em`, thesis ch. 6 §6.3), routed by MAP. It has no
+    whitening or rotation; its discriminators are the router's weights and its quality says
+    ``data_split`` = 1. None when the rows have no principal axis (fewer than 2, or all
+    equal)."""
+    d = X.shape[1]
+    zeros = np.zeros((2, d))
+    start = Split(router=Router(zeros, np.zeros(2), absolute=False), discriminators=zeros,
+                  rotation=None, whitening=None, quality={"data_split": 1.0})
+    bisected = principal_bisection(start, X, seed)
+    if bisected is start:
+        return None
+    refined = refine_split_em(bisected, X, family=family, max_iter=max_iter)
+    return replace(refined, discriminators=refined.router.weights.copy())

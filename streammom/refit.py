@@ -18,8 +18,9 @@ Design §5. A :class:`RefitPass` runs once per :meth:`StreamingHierarchy.refit
    and leaf budget allow and the split quality floors hold (design §4 "split quality"); with
    ``em`` on, each split made is refined by a 2-component EM on the leaf's reservoir. Then
    the *growth floor*, after the refinement (4.): a tree left with fewer than
-   ⌈``max_leaves`` / 2⌉ leaves while some leaves stop only for want of rows or weight lets
-   those split from :data:`FLOOR_SPLIT_ROWS` rows on, up to that many leaves, and refines
+   ⌈``max_leaves`` / 2⌉ leaves while some leaves stop for want of rows or weight, or for
+   moments that give no split, lets those split from :data:`FLOOR_SPLIT_ROWS` rows on (from
+   the rows alone where the moments give none), up to that many leaves, and refines
    again for their scores (a stream of 60–300 events asked for 8–32 leaves otherwise ends
    below half of them; growing the whole budget from so few rows labels worse). Its splits
    are provisional and change no other router (:meth:`RefitPass._grow_to_floor`);
@@ -55,6 +56,7 @@ from streammom.estimators import NodeMoments
 from streammom.model import FLOOR_MARK, FLOOR_SPLIT_ROWS, Router
 from streammom.packed import Packed, SparsePacked, SymmetricMatrix, add_into, dense
 from streammom.refine import (
+    data_split,
     gains_significantly,
     principal_bisection,
     refine_routers,
@@ -75,6 +77,11 @@ __all__ = ["FLOOR_SPLIT_ROWS", "RESPLIT_Z", "RefitPass", "reservoir_row_weight",
 #: per-row gain difference on the node's reservoir (one-sided paired z-test, ~2.3 % false
 #: re-splits on a stationary node): :meth:`RefitPass._resplit_gains`.
 RESPLIT_Z = 2.0
+
+#: The stop reasons of the leaves the growth floor may split (:meth:`RefitPass._grow_to_floor`):
+#: too few rows or too little weight, or moments that give no split (the floor then splits
+#: from the rows alone: :func:`streammom.refine.data_split`).
+FLOOR_WAITS = ("min_reservoir", "min_split_weight", "moments", "short_documents")
 
 #: Significant bits of the weight a reservoir row stands for when children are built from a
 #: reservoir (:func:`reservoir_row_weight`).
@@ -150,6 +157,7 @@ class RefitPass:
         self.plans: dict[int, Plan] = {}
         self.root_recomputed = False  # the root's moment split was recomputed in this pass
         self.floor_rows: int | None = None  # rows a split needs under the growth floor
+        self.moment_stops: dict[int, str] = {}  # leaves the floor splits from rows: why not
         self.split_weight = split_weight_threshold(
             engine.min_split_weight, engine._weight_true(engine.nodes_[engine.root_id_]),
             engine.max_leaves, engine.min_reservoir_split)
@@ -241,10 +249,14 @@ class RefitPass:
 
     def _grow_to_floor(self, n_leaves: int) -> bool:
         """The growth floor (module docstring, 3.): while the tree has fewer than
-        ⌈``max_leaves`` / 2⌉ leaves and some leaves stop only for want of rows or weight
-        (``min_reservoir``, ``min_split_weight``), those leaves may split from
-        :data:`FLOOR_SPLIT_ROWS` rows on, the largest gain first, up to that many leaves.
-        Every other floor (depth, split quality, one-sided children) holds. True when it
+        ⌈``max_leaves`` / 2⌉ leaves and some leaves stop for want of rows or weight
+        (``min_reservoir``, ``min_split_weight``) or because their moments give no split
+        (``moments``, ``short_documents``: :data:`FLOOR_WAITS`), those leaves may split from
+        :data:`FLOOR_SPLIT_ROWS` rows on, the largest gain first, up to that many leaves; a
+        leaf whose moments give none splits from its rows alone
+        (:func:`streammom.refine.data_split`: principal bisection, then a 2-component EM) and
+        keeps its moments' stop reason if it is not split. Every other floor (depth, split
+        quality, one-sided children) holds. True when it
         split a leaf: the refit then refines again, and that refinement gives every leaf its
         score but changes only the floor's routers.
 
@@ -260,8 +272,7 @@ class RefitPass:
         budget")."""
         eng = self.eng
         floor = self._half_budget()
-        short = ("min_reservoir", "min_split_weight")
-        waiting = [v for v in eng.nodes_.values() if v.is_leaf and v.stop_reason in short]
+        waiting = [v for v in eng.nodes_.values() if v.is_leaf and v.stop_reason in FLOOR_WAITS]
         if n_leaves >= floor or not waiting:
             return False
         grown = n_leaves
@@ -276,7 +287,8 @@ class RefitPass:
         for v in eng.nodes_.values():  # the floor's leaves say why a split waits: its bounds
             floor_child = v.parent in eng.nodes_ and FLOOR_MARK in eng.nodes_[v.parent].quality
             if v.is_leaf and (v.node_id in waited or floor_child):
-                v.stop_reason = self._static_stop(v) or v.stop_reason
+                v.stop_reason = (self._static_stop(v) or self.moment_stops.get(v.node_id)
+                                 or v.stop_reason)
         return n_leaves > grown
 
     def _half_budget(self) -> int:
@@ -563,12 +575,19 @@ class RefitPass:
         eng = self.eng
         v.fresh = 0.0
         split = self._node_split(v, v.acc.C, None)
+        short = split is None and eng.family_ == "multinomial" and (
+            v.acc.t2 <= 0 or v.acc.t3 <= 0)
+        reason = "short_documents" if short else "moments"
+        if split is None and self.floor_rows is not None and eng.em:
+            # the growth floor splits a leaf whose moments give none from its rows alone
+            split = data_split(v.reservoir.to_csr(), family=eng.family_,
+                               seed=eng.random_state, max_iter=eng.em_max_iter)
+            self.moment_stops[v.node_id] = reason
         if split is None:
-            short = eng.family_ == "multinomial" and (v.acc.t2 <= 0 or v.acc.t3 <= 0)
-            v.stop_reason = "short_documents" if short else "moments"
+            v.stop_reason = reason
             return None
         q = split.quality
-        if not self._quality_ok(split):
+        if "data_split" not in q and not self._quality_ok(split):
             v.quality = {k: float(x) for k, x in q.items()}
             v.stop_reason = "split_quality"
             return None
@@ -679,6 +698,7 @@ class RefitPass:
                                   reference_discriminators=reference,
                                   random_state=eng.random_state)
             quality = dict(split.quality)
+            assert split.whitening is not None  # compute_split's: a moment split
             quality["basis_residual"] = acc.basis_residual(split.whitening.pinv)
             return replace(split, quality=quality)
         except (ValueError, spla.ArpackNoConvergence, spla.ArpackError,

@@ -46,12 +46,15 @@ _CENTRE_FLOOR = 1e-6
 
 @dataclass(frozen=True)
 class Split:
-    """A fitted 2-way split: the router and everything needed to explain or re-orient it."""
+    """A fitted 2-way split: the router and everything needed to explain or re-orient it.
+
+    A split found from the rows alone, where the moments give none
+    (:func:`streammom.refine.data_split`), has no ``rotation`` or ``whitening``."""
 
     router: Router
     discriminators: np.ndarray  # D = Oᵀ E†, (2, d)
-    rotation: Rotation2
-    whitening: Whitening
+    rotation: Rotation2 | None
+    whitening: Whitening | None
     centres: np.ndarray | None = None  # (2, d) SIDIWO pseudo-centres / EM means
     mixing: np.ndarray | None = None  # (2,)
     quality: dict[str, float] = field(default_factory=dict)
@@ -64,7 +67,7 @@ class Split:
             self,
             router=router,
             discriminators=self.discriminators[::-1].copy(),
-            rotation=self.rotation.swapped(),
+            rotation=None if self.rotation is None else self.rotation.swapped(),
             centres=None if self.centres is None else self.centres[::-1].copy(),
             mixing=None if self.mixing is None else self.mixing[::-1].copy(),
         )
@@ -144,6 +147,7 @@ def _sidiwo_centres(split: Split, m1: np.ndarray, family: Family) -> Split:
     √ω_j is not positive, where the pseudo-centre would blow up.
     """
 
+    assert split.whitening is not None and split.rotation is not None  # a moment split
     A = split.whitening.factor @ split.rotation.matrix  # (d, 2) = E O
     A = A * np.where(A.sum(axis=0) < 0, -1.0, 1.0)
     x, *_ = np.linalg.lstsq(A, m1, rcond=None)

@@ -13,7 +13,7 @@ from streammom import StreamingHierarchy, refine
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.mixture import map_assign
 from streammom.model import Router
-from streammom.refine import refine_routers, split_gain
+from streammom.refine import data_split, refine_routers, split_gain
 
 
 def _stream(n: int, seed: int) -> tuple[sp.csr_array, np.ndarray, object]:
@@ -169,23 +169,57 @@ def test_every_leaf_says_why_it_is_not_split_in_the_model_and_its_archive() -> N
         n.stop_reason for n in leaves]
 
 
-def test_short_documents_are_an_error_in_batch_and_a_stop_reason_in_the_stream() -> None:
+def test_short_documents_are_an_error_in_batch_and_split_from_rows_by_the_stream() -> None:
     """Documents of < 3 tokens give no single-topic third moment: the batch tree refuses them
     as SpectralMixture does; the stream, which cannot know the next batch, says so on the
-    leaf."""
+    leaves, and its growth floor splits from the rows alone (principal bisection, then EM:
+    ``refine.data_split``) up to half the leaf budget instead of staying one cluster."""
     from streammom import HierarchicalMoM, SpectralMixture
 
     rng = np.random.default_rng(3)
-    rows = rng.integers(0, 30, size=(2_000, 2))
-    short = sp.csr_array((np.ones(4_000), (np.repeat(np.arange(2_000), 2), rows.ravel())),
-                         shape=(2_000, 30))
+    k, d, n = 4, 30, 2_000
+    topics = np.zeros((k, d))
+    for j in range(k):  # each topic favours its own 6 words
+        topics[j, 6 * j:6 * j + 6] = 0.9 / 6
+        topics[j] += 0.1 / d
+    topics /= topics.sum(axis=1, keepdims=True)
+    y = rng.integers(0, k, n)
+    words = np.array([rng.choice(d, size=2, p=topics[c]) for c in y])
+    short = sp.csr_array((np.ones(2 * n), (np.repeat(np.arange(n), 2), words.ravel())),
+                         shape=(n, d))
+    short.sum_duplicates()
     for est in (HierarchicalMoM(family="multinomial"), SpectralMixture(3, family="multinomial")):
         with pytest.raises(ValueError, match="≥ 3 tokens"):
             est.fit(short)
-    eng = StreamingHierarchy(30, family="multinomial")
+    eng = StreamingHierarchy(d, family="multinomial", max_leaves=k)
     _feed(eng, short)
-    assert eng.model_.n_leaves == 1
-    assert eng.model_.nodes[eng.model_.root_id].stop_reason == "short_documents"
+    model = eng.model_
+    root = model.nodes[model.root_id]
+    assert not root.is_leaf and root.quality["data_split"] == 1.0
+    assert root.quality["growth_floor"] == 1.0  # provisional, as every split of the floor
+    assert model.n_leaves >= k // 2
+    assert {model.nodes[i].stop_reason for i in model.leaf_ids} <= {
+        "short_documents", "min_split_weight", "min_reservoir"}
+    assert "short_documents" in {model.nodes[i].stop_reason for i in model.leaf_ids}
+    labels = eng.predict(short)
+    assert np.unique(labels).size >= k // 2
+    assert adjusted_rand_score(y, labels) > 0.2  # the topics show through two words a row
+
+
+def test_a_data_split_separates_the_rows_or_says_there_is_none() -> None:
+    rng = np.random.default_rng(0)
+    groups = np.repeat([0, 1], 100)
+    centres = np.array([[0.9] * 5 + [0.05] * 5, [0.05] * 5 + [0.9] * 5])
+    X = sp.csr_array((rng.random((200, 10)) < centres[groups]).astype(float))
+    split = data_split(X, family="bernoulli", seed=0, max_iter=100)
+    assert split is not None and split.rotation is None and split.whitening is None
+    assert split.quality["data_split"] == 1.0 and split.quality["em_iterations"] >= 1
+    side = split.router.side(X)
+    assert adjusted_rand_score(groups, side) > 0.9
+    np.testing.assert_array_equal(split.discriminators, split.router.weights)
+    assert split.swapped().router.side(X).tolist() == (1 - side).tolist()
+    same = sp.csr_array(np.tile(centres[:1] > 0.5, (50, 1)).astype(float))
+    assert data_split(same, family="bernoulli", seed=0, max_iter=100) is None
 
 
 def test_a_moment_split_with_its_children_swapped_is_an_update_not_a_re_split(
