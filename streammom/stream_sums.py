@@ -38,6 +38,15 @@ leaves' sums join only a fit that agrees with the tree"). In the study
 behind this step (BENCHMARKS.md "Long and wide code streams", cause 2) the sums labelled
 better than the reservoirs' EM wherever a stream was ≥ 2.4 reservoirs long (0.81 → 0.95 ×
 the oracle's ARI at 50,000 events, d = 2,000).
+
+The same holds leaf by leaf. A deep tree's routers each collapse a subtree into one component
+(:func:`streammom.refine.subtree_centre`), so they disagree with the leaves' MAP on some leaves
+much more than on others: on a 64-leaf code stream (100,000 events, d = 4,000) 85–91 % of the
+rows agree overall while some leaves' routed rows are mostly other clusters', and each light
+refit's steps pulled the fit towards the routers' partition (0.85 × the oracle's ARI at
+27,000 events, 0.73 at the end). So a leaf's sums join only while its own routed rows agree
+(:func:`leaf_agreement` ≥ :data:`MIN_AGREEMENT`); the other components take their rows alone
+(0.82 at the end; BENCHMARKS.md "Many leaves").
 """
 
 from __future__ import annotations
@@ -52,8 +61,8 @@ from streammom.estimators import Family
 from streammom.mixture import MixtureEMResult, SumsPrior, fit_mixture_em, map_assign
 from streammom.tree import Node
 
-__all__ = ["MIN_AGREEMENT", "STREAM_SUM_STEPS", "reservoir_shares", "tree_agreement",
-           "with_stream_sums"]
+__all__ = ["MIN_AGREEMENT", "STREAM_SUM_STEPS", "leaf_agreement", "reservoir_shares",
+           "tree_agreement", "with_stream_sums"]
 
 #: MAP-EM steps with the sums (each one E-step over the reservoir rows, O(nnz · k)).
 STREAM_SUM_STEPS = 3
@@ -76,8 +85,28 @@ def tree_agreement(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMRes
     >>> tree_agreement(X, np.ones(3), fit, np.array([0, 1, 1]), "bernoulli")
     0.6666666666666666
     """
-    same = map_assign(rows, fit.means, fit.weights, family) == label
+    return _weighted_share(map_assign(rows, fit.means, fit.weights, family) == label,
+                           row_weight)
+
+
+def _weighted_share(same: np.ndarray, row_weight: np.ndarray) -> float:
     return float(row_weight[same].sum() / row_weight.sum())
+
+
+def leaf_agreement(same: np.ndarray, label: np.ndarray, row_weight: np.ndarray, k: int
+                   ) -> np.ndarray:
+    """Each leaf's agreement with a fit: of the rows' weight the tree routed to leaf l
+    (``label`` = l), the share whose MAP component under the fit is l (``same``); 1 for a leaf
+    no row reached. The purity of the leaf's routing, which its sums of the events outside the
+    reservoirs share.
+
+    >>> leaf_agreement(np.array([True, False, True, True]), np.array([0, 0, 1, 1]),
+    ...                np.ones(4), 3).tolist()
+    [0.5, 1.0, 1.0]
+    """
+    routed = np.bincount(label, weights=row_weight, minlength=k)
+    kept = np.bincount(label[same], weights=row_weight[same], minlength=k)
+    return np.where(routed > 0, kept / np.maximum(routed, np.finfo(float).tiny), 1.0)
 
 
 def reservoir_shares(leaves: Sequence[Node], weight_scale: float = 1.0) -> np.ndarray:
@@ -107,7 +136,9 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
     leaves' sums (module docstring: :func:`streammom.mixture.fit_mixture_em` with the sums as
     a :class:`~streammom.mixture.SumsPrior`); ``fit`` itself when every λ_l is 1, or when
     ``label`` (each row's leaf under the tree's routers) is given and the fit agrees with it
-    on less than :data:`MIN_AGREEMENT` of the rows' weight. ``rows`` and ``row_weight`` are
+    on less than :data:`MIN_AGREEMENT` of the rows' weight; with ``label``, a leaf whose own
+    rows agree on less than that (:func:`leaf_agreement`) keeps its sums out (λ_l taken as
+    1: its rows alone). ``rows`` and ``row_weight`` are
     the refinement's (the leaves' reservoirs, stacked in leaf order); ``shrink``: the steps
     also shrink the rates toward the pooled ones (:mod:`streammom.shrinkage`, code sets) with
     the fit's own prior strengths when it has them; the result keeps
@@ -115,9 +146,14 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
     share = reservoir_shares(leaves, weight_scale)
     if (share >= 1.0).all() or steps < 1:
         return fit
-    if label is not None and tree_agreement(rows, row_weight, fit, label,
-                                            family) < MIN_AGREEMENT:
-        return fit
+    if label is not None:
+        same = map_assign(rows, fit.means, fit.weights, family) == label
+        if _weighted_share(same, row_weight) < MIN_AGREEMENT:
+            return fit
+        impure = leaf_agreement(same, label, row_weight, len(leaves)) < MIN_AGREEMENT
+        share = np.where(impure, 1.0, share)  # those leaves' sums stay out of the steps
+        if (share >= 1.0).all():
+            return fit
     prior = SumsPrior(sums=np.vstack([v.acc.s for v in leaves]),
                       mass=np.array([v.acc.weight for v in leaves], dtype=float), share=share)
     # tol 0: exactly ``steps`` M-steps, each one compiled E-step walk over the rows
