@@ -107,6 +107,20 @@ class WorkerMetrics:
             "streammom_events_since_refit at or past it means a refit is due or running.",
             registry=r,
         )
+        self.leaf_share_shift = Gauge(
+            "streammom_leaf_share_shift",
+            "Total variation between the leaves' shares of the events learned since the last "
+            "refit and their shares of the stream sampled at it (0 to 1): at or past "
+            "streammom_leaf_share_shift_threshold the stream has moved (clusters arriving in "
+            "phases, a new population) and the next refit runs in full on the budget's credit.",
+            registry=r,
+        )
+        self.leaf_share_shift_threshold = Gauge(
+            "streammom_leaf_share_shift_threshold",
+            "The shift at which the stream counts as moved: 0.25, or three times the shift "
+            "a stationary stream shows by chance when that is larger (+Inf before a split).",
+            registry=r,
+        )
         self.refit_held_events = Gauge(
             "streammom_refit_held_events",
             "Events read and waiting to be learned and assigned: a refit runs in the helper "
@@ -318,11 +332,15 @@ class WorkerMetrics:
         self._vocabulary_full = full
 
     def observe_refit_schedule(self, engine: StreamingHierarchy) -> None:
-        """Events since the last refit and where the schedule puts the next
-        (:meth:`~streammom.StreamingHierarchy.refit_due_events`): a few arithmetic operations,
-        exported every batch."""
+        """Events since the last refit, where the schedule puts the next
+        (:meth:`~streammom.StreamingHierarchy.refit_due_events`) and how far the stream moved
+        since (:meth:`~streammom.StreamingHierarchy.share_shift`): O(leaves), exported every
+        batch."""
         self.events_since_refit.set(engine.n_events_since_refit_)
         self.refit_due_events.set(engine.refit_due_events())
+        shift, threshold = engine.share_shift()
+        self.leaf_share_shift.set(shift)
+        self.leaf_share_shift_threshold.set(threshold)
 
     def observe_model(self, engine: StreamingHierarchy) -> None:
         """The model's version, leaves, depth, why leaves stop and how many are empty; a tree

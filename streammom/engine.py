@@ -73,6 +73,7 @@ from streammom.refit import RefitPass
 from streammom.refit_budget import (
     light_refit_burst,
     light_refit_cost_events,
+    moved_credit,
     refit_affordable_at,
     refit_cost_events,
     spent_past_youth,
@@ -84,6 +85,7 @@ from streammom.serialization import (
     archive_bytes,
     read_archive,
 )
+from streammom.stream_shift import moved_shift
 from streammom.tree import (
     LeafLayout,
     Node,
@@ -493,6 +495,7 @@ class StreamingHierarchy(Estimator):
             for v in self.nodes_.values():
                 v.acc.decay(rescale)
                 v.fresh *= rescale
+                v.arrived *= rescale
         return stored
 
     # ------------------------------------------------------------------ public API
@@ -627,10 +630,45 @@ class StreamingHierarchy(Estimator):
         assert self.n_features_ is not None
         if light and self._in_light_burst():
             return 0
+        credit = (moved_credit(self.max_leaves, self.n_features_)
+                  if not light and self.stream_moved() else 0.0)
         return refit_affordable_at(self.refit_budget, self._refit_spent,
                                    self._refit_cost(light=light), self.max_leaves,
                                    self.n_features_, youth=self._youth(),
-                                   n_events=self.n_events_seen_)
+                                   n_events=self.n_events_seen_, credit=credit)
+
+    def share_shift(self) -> tuple[float, float]:
+        """How far the leaves' shares of the events learned since the last refit are from
+        their shares of the stream sampled at it, and the shift at which the stream counts as
+        moved: ``(shift, threshold)`` (:func:`streammom.stream_shift.moved_shift`; ``(0.0,
+        inf)`` on a tree of one leaf or with no events since). A moved stream's next refit
+        is full while the spend stays within the budget's credit for it
+        (:func:`streammom.refit_budget.moved_credit`)."""
+        leaves = [v for v in self.nodes_.values() if not v.children]
+        if len(leaves) < 2:
+            return 0.0, float("inf")
+        return moved_shift(np.array([v.refit_rows for v in leaves]),
+                           np.array([v.arrived for v in leaves]), self._events_since_refit)
+
+    def stream_moved(self) -> bool:
+        """Whether the stream moved since the last refit (:meth:`share_shift`)."""
+        shift, threshold = self.share_shift()
+        return shift >= threshold
+
+    def _sample_shares(self) -> None:
+        """After a refit: route the root's reservoir (the stream's sample) by the routers the
+        refit left, each leaf keeping the rows it receives, and start every leaf's count of
+        the weight it receives anew (:mod:`streammom.stream_shift`)."""
+        assert self.model_ is not None
+        sample = self.nodes_[self.root_id_].reservoir
+        counts: dict[int, int] = {}
+        if len(sample) and len(self.nodes_) > 1:
+            ids, n = np.unique(self.model_.route_tree(sample.to_csr(), check_input=False)
+                               .leaf_ids, return_counts=True)
+            counts = dict(zip(ids.tolist(), n.tolist(), strict=True))
+        for nid, v in self.nodes_.items():
+            v.arrived = 0.0
+            v.refit_rows = counts.get(nid, 0)
 
     def _youth(self) -> int | None:
         """Y, the events of the stream's youth (:func:`~streammom.refit_budget.youth_events`);
@@ -729,7 +767,10 @@ class StreamingHierarchy(Estimator):
                 continue
             v = self.nodes_[nid]
             wv = ws[a:b]
-            v.fresh += float(wv.sum())
+            added = float(wv.sum())
+            v.fresh += added
+            if not v.children:
+                v.arrived += added
             rng = np.random.default_rng([self.random_state, nid, batch])
             v.reservoir.offer(Xs, wv, v.acc.weight, rng, start=a)
             v.acc.add_rows(Xs, ws, a, b, second=v.is_leaf, lengths=lengths)
@@ -866,6 +907,7 @@ class StreamingHierarchy(Estimator):
                 if len(self.lineage_) > self.max_lineage:
                     del self.lineage_[: len(self.lineage_) - self.max_lineage]
             self._rebuild_model()
+            self._sample_shares()
             if self.refit_every == "auto":
                 self._close_youth()
             if light and self._in_light_burst():

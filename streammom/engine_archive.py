@@ -49,10 +49,10 @@ if TYPE_CHECKING:
 __all__ = ["ENGINE_READS_SCHEMAS", "ENGINE_SCHEMA_VERSION", "MODEL_PREFIX", "check_engine_archive",
            "engine_from_archive", "engine_to_archive", "stored_model"]
 
-def _spend(state: dict[str, Any], key: str) -> float:
-    """A refit budget counter of the snapshot's state (0 when absent: an older snapshot),
-    finite and non-negative or the snapshot is refused."""
-    value = float(state.get(key, 0.0))
+def _counter(fields: Mapping[str, Any], key: str) -> float:
+    """A counter of a snapshot's state or node (0 when absent: an older snapshot), finite
+    and non-negative, or the snapshot is refused."""
+    value = float(fields.get(key, 0.0))
     if not (math.isfinite(value) and value >= 0.0):
         raise SnapshotFormatError(f"malformed engine snapshot: {key} = {value!r}")
     return value
@@ -92,6 +92,8 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
             "has_D": v.discriminators is not None,
             "quality": {k: float(x) for k, x in sorted(v.quality.items())},
             "fresh": float(v.fresh),
+            "arrived": float(v.arrived),
+            "refit_rows": int(v.refit_rows),
             "backoff": v.backoff,
             "born_version": v.born_version,
             "stop_reason": v.stop_reason,
@@ -183,9 +185,9 @@ def engine_from_archive(
         eng._next_id = int(st["next_id"])
         eng._batch_counter = int(st["batch_counter"])
         eng._events_since_refit = int(st["events_since_refit"])
-        eng._refit_spent = _spend(st, "refit_spent")  # absent before the budget
+        eng._refit_spent = _counter(st, "refit_spent")  # absent before the budget
         # absent before the light refits' burst: a snapshot of an older engine starts it anew
-        eng._light_burst_spent = _spend(st, "light_burst_spent")
+        eng._light_burst_spent = _counter(st, "light_burst_spent")
         eng._decay = DecayClock(
             time_ref=None if st["time_ref"] is None else float(st["time_ref"]),
             now=None if st["clock"] is None else float(st["clock"]),
@@ -222,6 +224,9 @@ def engine_from_archive(
                                 if meta["has_D"] else None),
                 quality={str(k): float(x) for k, x in meta["quality"].items()},
                 fresh=float(meta["fresh"]),
+                # absent before the moved-stream test (stream_shift): no shift until a refit
+                arrived=_counter(meta, "arrived"),
+                refit_rows=int(_counter(meta, "refit_rows")),
                 backoff=int(meta["backoff"]),
                 born_version=int(meta["born_version"]),
                 stop_reason=read_stop_reason(meta),

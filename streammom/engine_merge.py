@@ -55,6 +55,7 @@ def merge_into(self: StreamingHierarchy, other: StreamingHierarchy) -> Streaming
         )
         v.acc.merge(oacc)
         v.fresh += o.fresh * factor
+        v.arrived += o.arrived * factor
     self.n_events_seen_ += other.n_events_seen_
     self._events_since_refit += other._events_since_refit
     self._refit_spent += other._refit_spent
@@ -81,7 +82,7 @@ def fork_of(self: StreamingHierarchy) -> StreamingHierarchy:
             acc.C[:] = 0.0
         if acc.T is not None:
             acc.T[:] = 0.0
-        v.fresh = 0.0
+        v.fresh = v.arrived = 0.0
         v.reservoir = Reservoir(self.reservoir_size, v.reservoir.n_features)
     if out.vocabulary is not None:  # the fork counts its own share of the tokens too
         out.vocabulary.reset_counts()

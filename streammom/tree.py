@@ -41,6 +41,8 @@ class Node:
     discriminators: np.ndarray | None = None
     quality: dict[str, float] = field(default_factory=dict)
     fresh: float = 0.0  # stored weight received since this node's last refit
+    arrived: float = 0.0  # leaves: stored weight routed here since the engine's last refit
+    refit_rows: int = 0  # leaves: rows of the root's sample routed here at the last refit
     backoff: int = 0  # consecutive stable refits (each doubles the new-weight fraction needed)
     born_version: int = 0
     stop_reason: str | None = None  # leaves: why the last refit did not split it (STOP_REASONS)

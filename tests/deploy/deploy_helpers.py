@@ -29,6 +29,8 @@ CONTRACT_METRICS: dict[str, str] = {
     "streammom_events_since_refit": "gauge",
     "streammom_refit_due_events": "gauge",
     "streammom_refit_held_events": "gauge",
+    "streammom_leaf_share_shift": "gauge",
+    "streammom_leaf_share_shift_threshold": "gauge",
     "streammom_input_paused": "gauge",
     "streammom_input_paused_seconds_total": "counter",
     "streammom_refit_process_failures_total": "counter",

@@ -57,3 +57,19 @@ def test_light_refits_are_counted_apart_from_full_ones(tmp_path: Path) -> None:
     assert full + light == worker.refits
     light_versions = {r["version"] for r in worker.engine.lineage_ if r.get("light")}
     assert light == len(light_versions)
+
+
+def test_the_stream_shift_is_exported_with_its_threshold(tmp_path: Path) -> None:
+    """``streammom_leaf_share_shift`` and its threshold are the engine's
+    :meth:`~streammom.StreamingHierarchy.share_shift` after the last batch: a stationary
+    cohort stays below the threshold, which is at least the 0.25 floor once the tree split."""
+    broker = MemoryBroker()
+    fill_cohort(broker, 3_400)
+    worker = memory_worker(small_settings(tmp_path, model={"refit_every": "auto"}), broker)
+    assert worker.run() == 0
+    registry = worker.metrics.registry
+    shift = registry.get_sample_value("streammom_leaf_share_shift")
+    threshold = registry.get_sample_value("streammom_leaf_share_shift_threshold")
+    assert worker.engine.model_.n_leaves > 1
+    assert (shift, threshold) == worker.engine.share_shift()
+    assert 0.0 < shift < threshold and threshold >= 0.25
