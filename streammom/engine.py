@@ -898,6 +898,7 @@ class StreamingHierarchy(Estimator):
             eigen = NodeEigensolver(self.random_state, self.basis_dim, self.family_,
                                     self._scratch)
             refit_pass = RefitPass(self, eigen)
+            refit_pass.moved = not light and self.stream_moved()
             records += refit_pass.run_light() if light else refit_pass.run()
             if records:
                 self.model_version_ += 1

@@ -47,6 +47,14 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   (ICD-10-CM phenotype streams, d ≈ 4,600–10,000: 0.76–0.90 × the oracle's ARI with the first
   round alone, 0.90–0.98 with both; BENCHMARKS.md "Moves tried by the full EM" and "The moves
   tried by the full EM kept by the evidence");
+* restarts from a moved stream's sample: past the restarts' bound, when the stream moved
+  since the last refit (:mod:`streammom.stream_shift`), the spectral restart and the k-means
+  start run on the root's reservoir — a sample of the whole stream, one reservoir of rows —
+  and each starts the same EM on all the rows; kept when better (the last bullet's judge).
+  The tree a moved stream grew is fitted to its early clusters, and its rows are too many
+  for the restarts above (events arriving cluster by cluster, 50,000 × 1,000 × 16, seed 1:
+  0.747 → 0.869 × the oracle's ARI; BENCHMARKS.md "Streams whose clusters arrive in
+  phases");
 * k-means start: while the rows are at most :data:`~streammom.kmeans_restart.KMEANS_ROWS` and
   at least half the events learned (a short stream, whose reservoirs hold nearly all of it),
   one more start: k-means on the rows' spectral embedding, then the same EM
@@ -292,7 +300,8 @@ def _start(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray,
 def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                    max_iter: int, tol: float = 1e-4, random_state: int = 0,
                    n_events: int | None = None, weight_scale: float = 1.0,
-                   light: bool = False, min_labelled: int = 0) -> RefinedRouters | None:
+                   light: bool = False, min_labelled: int = 0,
+                   sample: sp.csr_array | None = None) -> RefinedRouters | None:
     """EM over the leaves, then one MAP router per internal node (module docstring).
 
     None when there is nothing to refine: a single leaf, a leaf without weight or an empty
@@ -311,6 +320,9 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     <streammom.engine.StreamingHierarchy.refit>`): the tree's partition of the rows, the
     EM passes of :func:`light_em_passes` (many while the rows hold most of the stream, none
     on a small sample of a long one), no restart, re-split or move, then the sums' steps.
+
+    ``sample``: the stream's sample (the root's reservoir) when the stream moved since the last
+    refit, for the restarts from it (module docstring); None otherwise.
 
     ``min_labelled``: components the scores of a searched code-set refit keep labelling rows,
     besides half of the leaves (:func:`streammom.split_merge.labelled_floor`; the engine passes
@@ -349,6 +361,15 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     if alt is not None and _better(alt, fit, family, moves):
         fit = _on_leaves(alt, rows, row_weight, label, family)
         restarted = True
+    if sample is not None and not restarts:  # a moved stream: restarts from its sample
+        for start in _sample_starts(sample, len(leaves), family, max_iter=max_iter, tol=tol,
+                                    random_state=random_state):
+            alt = fit_mixture_em(rows, start.means, start.weights, family=family, tol=tol,
+                                 max_iter=passes, sample_weight=row_weight,
+                                 shrink=shrink and not searched)
+            if _better(alt, fit, family, moves):
+                fit = _on_leaves(alt, rows, row_weight, label, family)
+                restarted = True
     # code sets only (on text it lowered R8's ARI: pair_resplit), within its work bound
     if family == "bernoulli" and searched:
         resplit = pair_resplit(rows, row_weight, fit, family, tol=tol,
@@ -407,6 +428,24 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                                                            family, weight_scale=weight_scale,
                                                            label=label, shrink=shrink)
     return _refined(nodes, leaves, leaf_ids, family, summed, scored, rows.shape[0], restarted)
+
+
+def _sample_starts(sample: sp.csr_array, k: int, family: Family, *, max_iter: int, tol: float,
+                   random_state: int) -> list[MixtureEMResult]:
+    """The spectral restart and the k-means start fitted on ``sample``, the stream's sample
+    (the root's reservoir, at most one reservoir of rows: within both searches' bounds), for
+    a moved stream's refinement whose rows are past the restarts' bound (module docstring)."""
+    w = np.ones(sample.shape[0])
+    out = []
+    alt = spectral_restart(sample, w, k, family, max_iter=max_iter, tol=tol,
+                           random_state=random_state)
+    if alt is not None:
+        out.append(alt)
+    km = kmeans_restart(sample, w, k, family, max_iter=max_iter, tol=tol,
+                        random_state=random_state)
+    if km is not None:
+        out.append(km)
+    return out
 
 
 def _better(new: MixtureEMResult, old: MixtureEMResult, family: Family, cache: MoveCache
