@@ -644,7 +644,7 @@ class StreamingHierarchy(Estimator):
         inf)`` on a tree of one leaf or with no events since). A moved stream's next refit
         is full while the spend stays within the budget's credit for it
         (:func:`streammom.refit_budget.moved_credit`)."""
-        leaves = [v for v in self.nodes_.values() if not v.children]
+        leaves = [v for v in self.nodes_.values() if v.is_leaf]
         if len(leaves) < 2:
             return 0.0, float("inf")
         return moved_shift(np.array([v.refit_rows for v in leaves]),
@@ -769,7 +769,7 @@ class StreamingHierarchy(Estimator):
             wv = ws[a:b]
             added = float(wv.sum())
             v.fresh += added
-            if not v.children:
+            if v.is_leaf:
                 v.arrived += added
             rng = np.random.default_rng([self.random_state, nid, batch])
             v.reservoir.offer(Xs, wv, v.acc.weight, rng, start=a)
@@ -897,8 +897,7 @@ class StreamingHierarchy(Estimator):
             records = self._follow_vocabulary()
             eigen = NodeEigensolver(self.random_state, self.basis_dim, self.family_,
                                     self._scratch)
-            refit_pass = RefitPass(self, eigen)
-            refit_pass.moved = not light and self.stream_moved()
+            refit_pass = RefitPass(self, eigen, moved=not light and self.stream_moved())
             records += refit_pass.run_light() if light else refit_pass.run()
             if records:
                 self.model_version_ += 1

@@ -147,7 +147,8 @@ class RefitPass:
     """One refit over an engine's tree (module docstring); :meth:`run` returns the lineage
     records of the changes (``version`` -1: the caller stamps the new model version)."""
 
-    def __init__(self, engine: StreamingHierarchy, eigen: NodeEigensolver) -> None:
+    def __init__(self, engine: StreamingHierarchy, eigen: NodeEigensolver, *,
+                 moved: bool = False) -> None:
         self.eng = engine
         self.eigen = eigen
         self.records: list[dict[str, Any]] = []
@@ -158,7 +159,7 @@ class RefitPass:
         self.root_recomputed = False  # the root's moment split was recomputed in this pass
         self.floor_rows: int | None = None  # rows a split needs under the growth floor
         self.moment_stops: dict[int, str] = {}  # leaves the floor splits from rows: why not
-        self.moved = False  # the stream moved since the last refit (engine.stream_moved)
+        self.moved = moved  # the stream moved since the last refit (engine.stream_moved)
         self.split_weight = split_weight_threshold(
             engine.min_split_weight, engine._weight_true(engine.nodes_[engine.root_id_]),
             engine.max_leaves, engine.min_reservoir_split)
@@ -326,7 +327,7 @@ class RefitPass:
                                  n_events=eng.n_events_seen_, weight_scale=eng._scale(),
                                  light=light, min_labelled=self._half_budget(),
                                  sample=(eng.nodes_[eng.root_id_].reservoir.to_csr()
-                                         if self.moved and not light else None))
+                                         if self.moved else None))
         scores = {} if refined is None else refined.scores
         rescored = [nid for nid, v in eng.nodes_.items()
                     if (v.score is None) != (scores.get(nid) is None)

@@ -73,24 +73,22 @@ MIN_AGREEMENT = 0.8
 
 
 def tree_agreement(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
-                   label: np.ndarray, family: Family) -> float:
+                   label: np.ndarray, family: Family) -> tuple[float, np.ndarray]:
     """Σ_i w_i [argmax_l p(l | x_i) = label_i] / Σ_i w_i: the weighted share of the rows
     whose MAP component under ``fit`` is the leaf the tree routed them to (``label``, an
-    index into the leaves).
+    index into the leaves); and the same share leaf by leaf (:func:`leaf_agreement`).
 
     >>> from streammom.mixture import MixtureEMResult
     >>> fit = MixtureEMResult(np.array([[0.9, 0.1], [0.1, 0.9]]), np.array([0.5, 0.5]),
     ...                       0, True, 0.0)
     >>> X = sp.csr_array(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]))
-    >>> tree_agreement(X, np.ones(3), fit, np.array([0, 1, 1]), "bernoulli")
-    0.6666666666666666
+    >>> overall, by_leaf = tree_agreement(X, np.ones(3), fit, np.array([0, 1, 1]), "bernoulli")
+    >>> overall, by_leaf.tolist()
+    (0.6666666666666666, [1.0, 0.5])
     """
-    return _weighted_share(map_assign(rows, fit.means, fit.weights, family) == label,
-                           row_weight)
-
-
-def _weighted_share(same: np.ndarray, row_weight: np.ndarray) -> float:
-    return float(row_weight[same].sum() / row_weight.sum())
+    same = map_assign(rows, fit.means, fit.weights, family) == label
+    overall = float(row_weight[same].sum() / row_weight.sum())
+    return overall, leaf_agreement(same, label, row_weight, fit.means.shape[0])
 
 
 def leaf_agreement(same: np.ndarray, label: np.ndarray, row_weight: np.ndarray, k: int
@@ -147,11 +145,10 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
     if (share >= 1.0).all() or steps < 1:
         return fit
     if label is not None:
-        same = map_assign(rows, fit.means, fit.weights, family) == label
-        if _weighted_share(same, row_weight) < MIN_AGREEMENT:
+        overall, by_leaf = tree_agreement(rows, row_weight, fit, label, family)
+        if overall < MIN_AGREEMENT:
             return fit
-        impure = leaf_agreement(same, label, row_weight, len(leaves)) < MIN_AGREEMENT
-        share = np.where(impure, 1.0, share)  # those leaves' sums stay out of the steps
+        share = np.where(by_leaf < MIN_AGREEMENT, 1.0, share)  # those leaves' sums stay out
         if (share >= 1.0).all():
             return fit
     prior = SumsPrior(sums=np.vstack([v.acc.s for v in leaves]),

@@ -324,12 +324,12 @@ def test_the_sums_join_only_a_fit_that_agrees_with_the_tree() -> None:
     X, _, _ = _codes(30_000, 2_000, 8, seed=12, signal=0.7)
     leaves = _leaves_of(_three_refits_then(X, 8_000))
     rows, row_weight, label, fit = _reservoir_fit(leaves)
-    assert tree_agreement(rows, row_weight, fit, label, "bernoulli") >= MIN_AGREEMENT
+    assert tree_agreement(rows, row_weight, fit, label, "bernoulli")[0] >= MIN_AGREEMENT
     summed = with_stream_sums(rows, row_weight, fit, leaves, "bernoulli", label=label)
     assert not np.array_equal(summed.means, fit.means)
     shift = np.roll(np.arange(len(leaves)), 1)
     moved = replace(fit, means=fit.means[shift], weights=fit.weights[shift])
-    assert tree_agreement(rows, row_weight, moved, label, "bernoulli") < MIN_AGREEMENT
+    assert tree_agreement(rows, row_weight, moved, label, "bernoulli")[0] < MIN_AGREEMENT
     assert with_stream_sums(rows, row_weight, moved, leaves, "bernoulli", label=label) is moved
     dragged = with_stream_sums(rows, row_weight, moved, leaves, "bernoulli")
     assert not np.array_equal(dragged.means, moved.means)  # what the test keeps out
@@ -344,7 +344,6 @@ def test_a_leaf_whose_routed_rows_disagree_keeps_its_sums_out() -> None:
     from streammom.stream_sums import (
         MIN_AGREEMENT,
         STREAM_SUM_STEPS,
-        leaf_agreement,
         tree_agreement,
     )
 
@@ -356,9 +355,8 @@ def test_a_leaf_whose_routed_rows_disagree_keeps_its_sums_out() -> None:
     means, weights = fit.means.copy(), fit.weights.copy()
     means[a], weights[a] = means[b], weights[b] / 2
     moved = replace(fit, means=means, weights=weights)
-    assert tree_agreement(rows, row_weight, moved, label, "bernoulli") >= MIN_AGREEMENT
-    same = map_assign(rows, moved.means, moved.weights, "bernoulli") == label
-    purity = leaf_agreement(same, label, row_weight, len(leaves))
+    overall, purity = tree_agreement(rows, row_weight, moved, label, "bernoulli")
+    assert overall >= MIN_AGREEMENT
     assert np.flatnonzero(purity < MIN_AGREEMENT).tolist() == [a]
     share = reservoir_shares(leaves)
     assert share[a] < 1.0  # without the test, its sums would join
