@@ -88,13 +88,56 @@ def pooled_rates(S: np.ndarray, N: np.ndarray) -> np.ndarray:
 def _log_marginal(log_tau: np.ndarray, S: np.ndarray, N: np.ndarray, m: np.ndarray
                   ) -> np.ndarray:
     """log p(S_·h | τ_h) up to a constant in τ (module docstring) for candidate log₁₀ τ
-    ``log_tau`` (c, h): (c, h). One component at a time, so temporaries stay (c, h)."""
+    ``log_tau`` (c, h): (c, h). One component at a time, so temporaries stay (c, h).
+
+    A component that holds none of code h (S_jh = 0: most entries on a wide vocabulary of rare
+    codes) adds log B(a_h, b_h + N_j), a_h = τ m_h and b_h = τ (1 − m_h), which depends on the
+    code only through its candidate pair (log₁₀ τ, m_h). Those terms are evaluated once per
+    distinct pair (:func:`_distinct_pairs`; rare codes share a few pooled rates, and the
+    search's candidates a few strengths) and gathered, the entries the component holds as they
+    are: the same arguments give the same values, added in the same order, so the result is
+    the direct evaluation's bit for bit, with fewer log B — a component's shared terms are used
+    when the distinct pairs and its held entries together number fewer than the (c, h) block
+    (a 64-leaf stream's young refits at d = 4,000: 63 % of the entries are zeros, 14 % of the
+    candidates distinct).
+    """
     tau = 10.0 ** log_tau
     a, b = tau * m, tau * (1.0 - m)
     out = -N.shape[0] * betaln(a, b)
+    c = out.shape[0]
+    first, inverse = _distinct_pairs(log_tau, m, out.shape)
+    a_u, b_u = a.ravel()[first], b.ravel()[first]
     for S_j, N_j in zip(S, N, strict=True):
-        out += betaln(a + S_j, b + (N_j - S_j))
+        held = np.flatnonzero(S_j)
+        if first.size + c * held.size >= out.size:  # sharing saves nothing: all directly
+            out += betaln(a + S_j, b + (N_j - S_j))
+            continue
+        term = betaln(a_u, b_u + N_j)[inverse].reshape(out.shape)
+        S_held = S_j[held]
+        term[:, held] = betaln(a[:, held] + S_held, b[:, held] + (N_j - S_held))
+        out += term
     return out
+
+
+def _distinct_pairs(log_tau: np.ndarray, m: np.ndarray, shape: tuple[int, ...]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (log₁₀ τ, m_h) pairs of the (c, h) candidates ``log_tau`` over the codes'
+    pooled rates ``m`` (h,): (the flat index of each pair's first entry, each entry's pair).
+    O(c h log(c h)) by one lexicographic sort.
+
+    >>> first, inverse = _distinct_pairs(np.array([[0.0, 0.0, 1.0]]), np.array([0.2, 0.2, 0.2]),
+    ...                                  (1, 3))
+    >>> first.tolist(), inverse.tolist()
+    ([0, 2], [0, 0, 1])
+    """
+    lt = np.broadcast_to(log_tau, shape).ravel()
+    mm = np.broadcast_to(m, shape).ravel()
+    order = np.lexsort((mm, lt))
+    starts = np.ones(order.size, dtype=bool)
+    starts[1:] = (lt[order][1:] != lt[order][:-1]) | (mm[order][1:] != mm[order][:-1])
+    inverse = np.empty(order.size, dtype=np.int64)
+    inverse[order] = np.cumsum(starts) - 1
+    return order[starts], inverse
 
 
 def prior_strengths(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> np.ndarray:

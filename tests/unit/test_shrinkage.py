@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 from engine_checks import acceptance_ari
 from phenotype_streams import chapter_phenotypes
+from scipy.special import betaln
 from sklearn.metrics import adjusted_rand_score
 
 from streammom import StreamingHierarchy, refine
@@ -14,6 +15,7 @@ from streammom.datasets import make_hierarchical_bernoulli
 from streammom.mixture import fit_from_partition, fit_mixture_em, map_assign, partition_sums
 from streammom.shrinkage import (
     TAU_RANGE,
+    _distinct_pairs,
     _log_marginal,
     common_prior_strength,
     partition_evidence,
@@ -217,3 +219,36 @@ def test_codes_with_equal_statistics_are_searched_once_with_each_codes_own_resul
     codes_alone = sum(partition_evidence(S[:, [h]], N) for h in range(200))
     labels = float((N * np.log(N / N.sum())).sum())
     assert evidence == pytest.approx(codes_alone - 199 * labels, rel=1e-12)
+
+
+def _direct_log_marginal(log_tau: np.ndarray, S: np.ndarray, N: np.ndarray, m: np.ndarray
+                         ) -> np.ndarray:
+    """The Beta–binomial marginal of every candidate, one log B per entry (module docstring)."""
+    tau = 10.0 ** log_tau
+    a, b = tau * m, tau * (1.0 - m)
+    out = -N.shape[0] * betaln(a, b)
+    for S_j, N_j in zip(S, N, strict=True):
+        out += betaln(a + S_j, b + (N_j - S_j))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_marginal_shares_the_terms_of_codes_a_component_does_not_hold_bit_for_bit(
+        seed: int) -> None:
+    """``_log_marginal`` evaluates log B(a, b + N_j) once per distinct (τ, m_h) for the codes
+    component j does not hold: on statistics shaped like a wide vocabulary of rare codes (most
+    entries zero, a few pooled rates, the search's decade and step candidates) it is the direct
+    evaluation to the last bit — the τ it selects and the evidence cannot move."""
+    rng = np.random.default_rng(seed)
+    k, h = 12, 400
+    S = np.where(rng.random((k, h)) < 0.08, rng.integers(1, 4, size=(k, h)), 0).astype(float)
+    S[:, :40] = rng.random((k, 40)) * 3.0  # some codes every component holds (soft sums)
+    N = S.max() + rng.uniform(5.0, 60.0, size=k)
+    m = np.clip(pooled_rates(S, N), 1e-9, 1 - 1e-9)
+    decades = np.arange(-1.0, 5.5)[:, None] * np.ones((1, h))
+    steps = np.round(rng.uniform(-1, 5, size=(1, h)) * 4) / 4
+    for log_tau in (decades, steps):
+        assert np.array_equal(_log_marginal(log_tau, S, N, m),
+                              _direct_log_marginal(log_tau, S, N, m))
+    first, _ = _distinct_pairs(decades, m, decades.shape)
+    assert first.size < decades.size / 4  # the shared terms are what is evaluated
