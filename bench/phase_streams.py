@@ -4,13 +4,16 @@
 
 Issue #15's protocol feeds the events in a random order. A production stream often does not:
 patients of a new phenotype appear, a topic starts trending, a file is sorted by its label.
-Each stream here is fed in four orders, in batches of 1,000, then ``predict`` on all events:
+Each stream here is fed in five orders, in batches of 1,000, then ``predict`` on all events:
 
 * ``random`` — the protocol's own (control: the moved-stream test must leave it alone);
 * ``sorted`` — every event of cluster 0, then of cluster 1, …;
 * ``half sorted`` — the first half of the events sorted by cluster, the rest in random order;
 * ``emerging`` — cluster j starts arriving after j / (2k) of the stream and keeps arriving
-  (arrival time start_j + (1 − start_j) · u, u uniform).
+  (arrival time start_j + (1 − start_j) · u, u uniform);
+* ``late`` — the last cluster (1/k of the events) arrives only in the second half of the
+  stream, every other event in random order: a new population whose shift of the leaves'
+  shares stays under the moved test's floor (:mod:`streammom.stream_shift`).
 
 Cells: the stream's ARI over the oracle's (MAP under the true parameters) at the defaults,
 the same with the moved streams' credit switched off (``refit_budget.moved_credit`` = 0: the
@@ -47,7 +50,7 @@ from streammom.mixture import map_assign
 
 #: (events, d, clusters) of the synthetic streams, seeds 0 and 1 each.
 SHAPES = [(20_000, 500, 8), (50_000, 1_000, 16)]
-ORDERS = ("random", "sorted", "half sorted", "emerging")
+ORDERS = ("random", "sorted", "half sorted", "emerging", "late")
 
 
 def arrival(y: np.ndarray, order: str, seed: int) -> np.ndarray:
@@ -61,6 +64,11 @@ def arrival(y: np.ndarray, order: str, seed: int) -> np.ndarray:
         half = n // 2
         return np.concatenate([np.argsort(y[:half], kind="stable"), np.arange(half, n)])
     k = int(y.max()) + 1
+    if order == "late":
+        half = n // 2
+        early = np.flatnonzero((np.arange(n) < half) & (y != k - 1))
+        rest = np.setdiff1d(np.arange(n), early)
+        return np.concatenate([early, rest[np.random.default_rng(seed).permutation(rest.size)]])
     start = np.arange(k) / (2.0 * k)
     u = np.random.default_rng(seed).random(n)
     return np.argsort(start[y] + (1.0 - start[y]) * u, kind="stable")
