@@ -122,8 +122,8 @@ def _log_marginal(log_tau: np.ndarray, S: np.ndarray, N: np.ndarray, m: np.ndarr
 def _distinct_pairs(log_tau: np.ndarray, m: np.ndarray, shape: tuple[int, ...]
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (log₁₀ τ, m_h) pairs of the (c, h) candidates ``log_tau`` over the codes'
-    pooled rates ``m`` (h,): (the flat index of each pair's first entry, each entry's pair).
-    O(c h log(c h)) by one lexicographic sort.
+    pooled rates ``m`` (h,): (the flat index of each pair's first entry, each entry's pair),
+    by :func:`_distinct_columns`.
 
     >>> first, inverse = _distinct_pairs(np.array([[0.0, 0.0, 1.0]]), np.array([0.2, 0.2, 0.2]),
     ...                                  (1, 3))
@@ -132,9 +132,22 @@ def _distinct_pairs(log_tau: np.ndarray, m: np.ndarray, shape: tuple[int, ...]
     """
     lt = np.broadcast_to(log_tau, shape).ravel()
     mm = np.broadcast_to(m, shape).ravel()
-    order = np.lexsort((mm, lt))
+    return _distinct_columns(np.vstack([lt, mm]))
+
+
+def _distinct_columns(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct columns of ``keys`` (r, n): (the index of each one's first column, each
+    column's distinct one), numbered in lexicographic order. O(r n log n) by one
+    lexicographic sort (stable: the first column is the lowest index).
+
+    >>> first, inverse = _distinct_columns(np.array([[2.0, 1.0, 2.0], [0.0, 5.0, 0.0]]))
+    >>> first.tolist(), inverse.tolist()
+    ([1, 0], [1, 0, 1])
+    """
+    order = np.lexsort(keys[::-1])
+    ranked = keys[:, order]
     starts = np.ones(order.size, dtype=bool)
-    starts[1:] = (lt[order][1:] != lt[order][:-1]) | (mm[order][1:] != mm[order][:-1])
+    starts[1:] = (ranked[:, 1:] != ranked[:, :-1]).any(axis=0)
     inverse = np.empty(order.size, dtype=np.int64)
     inverse[order] = np.cumsum(starts) - 1
     return order[starts], inverse
@@ -279,20 +292,14 @@ def _distinct_codes(m: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarra
     the evidence is bit-identical). On a wide vocabulary of rare codes most codes are seen once
     or twice, in the same few patterns: 1,660 codes held a refit's rows on average and 486
     distinct columns at d = 50,000 (BENCHMARKS.md "The evidence on the columns the rows
-    hold"). O(k · h log h) by one lexicographic sort.
+    hold"). O(k · h log h) by one lexicographic sort (:func:`_distinct_columns`).
 
     >>> m, S, inverse = _distinct_codes(np.array([0.1, 0.2, 0.1]),
     ...                                 np.array([[1.0, 2.0, 1.0], [0.0, 0.0, 0.0]]))
     >>> m.tolist(), S.tolist(), inverse.tolist()
     ([0.1, 0.2], [[1.0, 2.0], [0.0, 0.0]], [0, 1, 0])
     """
-    keys = np.vstack([S, m[None, :]])
-    order = np.lexsort(keys[::-1])
-    ranked = keys[:, order]
-    starts = np.concatenate([[True], (ranked[:, 1:] != ranked[:, :-1]).any(axis=0)])
-    inverse = np.empty(order.size, dtype=np.int64)
-    inverse[order] = np.cumsum(starts) - 1
-    first = order[starts]
+    first, inverse = _distinct_columns(np.vstack([S, m[None, :]]))
     return m[first], S[:, first], inverse
 
 
