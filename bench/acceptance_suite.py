@@ -260,15 +260,20 @@ def main() -> None:
         with open(args.out, "w", encoding="utf-8") as f:
             for r in results:
                 f.write(json.dumps(asdict(r)) + "\n")
-    earlier = _read(args.compare) if args.compare else []
+    ran = {(r.family, r.case) for r in results}
+    earlier = [r for r in (_read(args.compare) if args.compare else [])
+               if (r.family, r.case) in ran]  # the streams run now, and only those
     if earlier:
         before = {(r.family, r.case): r for r in earlier}
-        print("\n| family | stream | before | now |\n|---|---|---:|---:|")
-        for r in results:
-            old = before.get((r.family, r.case))
-            if old is not None and abs(old.ratio - r.ratio) >= 0.001:
+        moved = [(before[(r.family, r.case)], r) for r in results
+                 if (r.family, r.case) in before
+                 and abs(before[(r.family, r.case)].ratio - r.ratio) >= 0.001]
+        print(f"\n{len(moved)} of {len(earlier)} streams moved by 0.001 or more")
+        if moved:
+            print("\n| family | stream | before | now |\n|---|---|---:|---:|")
+            for old, r in moved:
                 print(f"| {r.family} | {r.case} | {old.ratio:.3f} | {r.ratio:.3f} |")
-    old_summary = summary([r for r in earlier if r.family in args.families])
+    old_summary = summary(earlier)
     print(f"\n| family | streams | ≥ {BAR} × the oracle | mean | under k/2 labels |"
           + (" before: ≥ bar, mean |" if earlier else ""))
     print("|---|---:|---:|---:|---:|" + ("---|" if earlier else ""))
