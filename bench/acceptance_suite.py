@@ -26,6 +26,9 @@ icd16     ``icd_phenotype_streams``: 5,000 × 16, seeds 0–11                  
 icd20k    ``icd_phenotype_streams``: 20,000 × 16, seeds 0–3                         4
 many      ``many_leaves.STREAMS`` (32 and 64 leaves, 30,000–200,000 events),      12
           seeds 0–1; not in the default run (about an hour on one core)
+phase     ``phase_streams``: its two shapes, seeds 0–1, in its orders but random    16
+          (sorted, half sorted, emerging, late); not in the default run (the
+          acceptance's order is random; about 25 minutes on two jobs)
 ========  ====================================================================  =======
 
 ``--out`` writes one JSON line a stream (family, case, oracle ARI, ARI, ratio, labels,
@@ -128,6 +131,15 @@ def _random_tree(n: int, d: int, k: int, codes: float, sep: float, seed: int) ->
     return X, y, map_assign(X, prevalence, shares, "bernoulli"), k
 
 
+def _phase(n: int, d: int, k: int, seed: int, order: str) -> Stream:
+    """The issue's generator fed in one of ``phase_streams``' orders."""
+    from phase_streams import arrival
+
+    X, y, oracle, k = _hierarchical(n, d, k, 10.0, seed)
+    p = arrival(y, order, seed)
+    return X[p], y[p], oracle[p], k
+
+
 def _icd(n: int, k: int, seed: int) -> Stream:
     from icd_phenotype_streams import icd_phenotype_codes
 
@@ -137,6 +149,7 @@ def _icd(n: int, k: int, seed: int) -> Stream:
 
 GENERATORS: dict[str, Callable[..., Stream]] = {
     "hierarchical": _hierarchical, "issue": _issue, "rtree": _random_tree, "icd": _icd,
+    "phase": _phase,
 }
 
 
@@ -200,6 +213,15 @@ def _cases(family: str) -> Iterator[Case]:
             for seed in range(2):
                 yield Case(family, f"{n:,} × {d:,} × {k}, seed {seed}",
                            ("hierarchical", n, d, k, 10.0, seed), n * k)
+    elif family == "phase":
+        from phase_streams import ORDERS, SHAPES
+
+        for n, d, k in SHAPES:
+            for seed in range(2):
+                for order in ORDERS:
+                    if order != "random":  # the random order is the other families' own
+                        yield Case(family, f"{n:,} × {d:,} × {k}, seed {seed}, {order}",
+                                   ("phase", n, d, k, seed, order), n * k)
     else:
         raise SystemExit(f"unknown family {family!r}")
 

@@ -396,9 +396,11 @@ class WorkerSettings(_Section):
     blas_threads: int = Field(
         default=1, ge=1,
         description=(
-            "threads of the BLAS/OpenMP pools while the worker runs (threadpoolctl): refits "
-            "are BLAS, and on a few cores more threads fight the loop and the Kafka client's "
-            "IO thread (oversubscription) instead of speeding the refit up"
+            "threads of the BLAS/OpenMP pools while the worker runs (threadpoolctl), the "
+            "refit helper's included: on a few cores more threads fight the loop and the "
+            "Kafka client's IO thread (oversubscription). A refit itself always runs on one "
+            "BLAS thread (streammom.engine.REFIT_BLAS_THREADS), so its results do not depend "
+            "on this setting or on the machine's cores"
         ),
     )
     malloc_arenas: int = Field(

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
 
 from streammom._buffers import PackedBufferPool
 from streammom._validation import as_csr, as_weights
@@ -100,6 +101,16 @@ from streammom.vocab import Vocabulary
 __all__ = ["ENGINE_SCHEMA_VERSION", "StreamingHierarchy"]
 
 
+
+
+
+#: BLAS threads a refit runs on, whatever the caller's pools: one, so its reductions (the
+#: eigen-solves, the EM passes' products) sum in one order on every machine, and the same
+#: events and configuration give byte-identical snapshots whatever the cores — with the pools
+#: at their default (one thread a core), a 1-core and a 2-core machine diverged from the first
+#: refit on (BENCHMARKS.md "A refit's BLAS threads"). The hot path is left alone: its products
+#: are the same on any number of threads. The daemon's refit helper runs the same refit.
+REFIT_BLAS_THREADS = 1
 
 
 class StreamingHierarchy(Estimator):
@@ -888,8 +899,21 @@ class StreamingHierarchy(Estimator):
         Returns this refit's lineage records (empty when nothing changed).
         """
         t0 = time.perf_counter()
-        records: list[dict[str, Any]] = []
         light = self.next_refit_is_light() if light is None else light and self.em
+        with threadpool_limits(limits=REFIT_BLAS_THREADS, user_api="blas"):
+            records = self._refit(light=light)
+        self.n_refits_ += 1
+        self.n_light_refits_ += int(light)
+        self.last_refit_light_ = light
+        self._events_since_refit = 0
+        self._decay.refit_at = self._decay.now
+        self.last_refit_time_ = self._decay.now
+        self.last_refit_duration_ = time.perf_counter() - t0
+        return records
+
+    def _refit(self, *, light: bool) -> list[dict[str, Any]]:
+        """:meth:`refit`'s work on the tree, its lineage records."""
+        records: list[dict[str, Any]] = []
         if self.n_features_ is not None and self.nodes_:
             for v in self.nodes_.values():  # one block a node: products sum in one order
                 if isinstance(v.acc.C, RowGram):  # however the rows arrived (rowgram docs)
@@ -914,13 +938,6 @@ class StreamingHierarchy(Estimator):
                 self._light_burst_spent += self._refit_cost(light=True)
             else:
                 self._refit_spent += self._refit_cost(light=light)
-        self.n_refits_ += 1
-        self.n_light_refits_ += int(light)
-        self.last_refit_light_ = light
-        self._events_since_refit = 0
-        self._decay.refit_at = self._decay.now
-        self.last_refit_time_ = self._decay.now
-        self.last_refit_duration_ = time.perf_counter() - t0
         return records
 
     # ------------------------------------------------------------------ merge

@@ -98,7 +98,9 @@ class RefitProcess:
     Parameters
     ----------
     blas_threads : int >= 1, default 1
-        BLAS/OpenMP threads of the helper; the caller's own limit, so both refit alike.
+        BLAS/OpenMP threads of the helper's pools, the caller's own limit. The refit itself
+        runs on one BLAS thread whatever this is (``streammom.engine.REFIT_BLAS_THREADS``),
+        so the helper and the caller refit alike, byte for byte.
     timeout_s : float > 0, default 600
         A refit still running after this long is abandoned (the helper is killed).
     nice : int in 0 … 19, default 0
