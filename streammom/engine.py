@@ -100,10 +100,6 @@ from streammom.vocab import Vocabulary
 
 __all__ = ["ENGINE_SCHEMA_VERSION", "StreamingHierarchy"]
 
-
-
-
-
 #: BLAS threads a refit runs on, whatever the caller's pools: one, so its reductions (the
 #: eigen-solves, the EM passes' products) sum in one order on every machine, and the same
 #: events and configuration give byte-identical snapshots whatever the cores — with the pools
