@@ -28,7 +28,8 @@ Design §5. A :class:`RefitPass` runs once per :meth:`StreamingHierarchy.refit
    routers (:mod:`streammom.refine`).
 
 Each change appends a lineage record; the caller bumps the model version when any exists.
-Children start from the parent's reservoir routed by the new split, scaled to its weight.
+Children start from the parent's reservoir routed by the new split, scaled to its weight; a
+re-split's subtree from the reservoirs of the leaves it replaces (:meth:`RefitPass._subtree_rows`).
 
 Cost is bounded and does not grow with the stream: internal C's are assembled bottom-up only
 where needed (one add per node); the top eigenpairs of M2 come from a block Krylov–Rayleigh–
@@ -48,8 +49,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from streammom._validation import with_int32_indices
 from streammom.decompose import KnownSpectrumOperator
 from streammom.eigen import NodeEigensolver, complete_basis
 from streammom.estimators import NodeMoments
@@ -63,12 +66,16 @@ from streammom.refine import (
     split_gain,
     split_gain_rows,
 )
+from streammom.reservoir import Reservoir
 from streammom.rowgram import RowGram
 from streammom.split import Split, compute_split, refine_split_em
 from streammom.tree import Node, Plan, Prune, Resplit, Stale, Update, subtree
 
 if TYPE_CHECKING:
     from streammom.engine import StreamingHierarchy
+
+#: Rows (CSR) and the weight each stands for: a rebuilt subtree's sample of its node's events.
+RowPool = tuple[sp.csr_array, np.ndarray]
 
 __all__ = ["FLOOR_SPLIT_ROWS", "RESPLIT_Z", "RefitPass", "reservoir_row_weight",
            "split_weight_threshold"]
@@ -154,6 +161,7 @@ class RefitPass:
         self.records: list[dict[str, Any]] = []
         self.touched: set[int] = set()  # nodes created or restructured: not split again
         self.regrow: set[int] = set()  # children of a re-split: grown with the budget left
+        self.pools: dict[int, RowPool] = {}  # a rebuilt subtree's rows, by node to be split
         self.undone: set[int] = set()  # growth-floor splits undone: grown again at once
         self.plans: dict[int, Plan] = {}
         self.root_recomputed = False  # the root's moment split was recomputed in this pass
@@ -188,8 +196,9 @@ class RefitPass:
         """Split leaves while the leaf budget lasts, the one whose split adds the most
         log-likelihood first (:func:`streammom.refine.split_gain`); a new leaf becomes a
         candidate at once, so one refit grows as many levels as the data support. The children
-        of a re-split come last, with the leaf budget the other leaves leave: they hold only
-        the re-split node's reservoir, and the next refit grows them from their own events; but
+        of a re-split come last, with the leaf budget the other leaves leave: they hold only a
+        sample of the replaced subtree's rows, and the next refit grows them from their own
+        events; but
         a tree is never left with fewer leaves than the budget allows because a re-split took
         its subtree (at the root: two leaves). Every leaf ends with its stop reason
         (:data:`streammom.model.STOP_REASONS`; None: it may split
@@ -504,9 +513,12 @@ class RefitPass:
             old_children, old_router, old_D = v.children, v.router, v.discriminators
             old_offset = v.acc.C
             removed = [n for c in old_children for n in subtree(eng.nodes_, c)]
+            if self.moved and eng.half_life is None:
+                self.pools[nid] = self._subtree_rows(v, old_children)
             v.children = []
             v.acc.C = plan.full
             kids = self._spawn_children(v, plan.split, plan.full)
+            self.pools.pop(nid, None)
             if kids is None:  # degenerate new split: keep the old subtree
                 v.children, v.router, v.discriminators = old_children, old_router, old_D
                 v.acc.C = old_offset
@@ -709,16 +721,53 @@ class RefitPass:
                 np.linalg.LinAlgError):
             return None
 
+    def _subtree_rows(self, v: Node, roots: list[int]) -> RowPool | None:
+        """The rows a re-split of ``v`` rebuilds its subtree from: the reservoirs of the leaves
+        under ``roots`` (the subtree it replaces), row i of leaf l standing for W_l / n_l of v's
+        weight (scaled so the rows add up to W_v, each rounded like
+        :func:`reservoir_row_weight`); None when they hold no more rows than v's own reservoir.
+
+        A re-split used to rebuild from v's reservoir alone: at the root of a 16-leaf tree,
+        1,024 rows for 16 leaves, where the leaves it replaces held up to 16 × 1,024
+        (BENCHMARKS.md "A re-split rebuilds from the reservoirs of the subtree it replaces").
+
+        Used on a refit of a moved stream (:mod:`streammom.stream_shift`) without forgetting
+        only. On a stationary stream a re-split is rare and what follows it chaotic: rebuilt
+        from the replaced leaves' rows, R8's arrival orders 3 and 4 fell from 0.512 and 0.562
+        to 0.422 and 0.480 (partitions the likelihood prefers), debtags' orders 2 and 3 by
+        0.016. Under forgetting, a subtree rebuilt from v's reservoir starts with room for new
+        events, which is how the engine follows an abrupt drift; rebuilt from the replaced
+        leaves' full reservoirs, a sample of the decayed stream still half the old regime,
+        the drift test's tree stayed at 0.71 ARI after five half-lives (0.999 from v's)."""
+        eng = self.eng
+        leaves = [eng.nodes_[n] for r in roots for n in subtree(eng.nodes_, r)]
+        leaves = [u for u in leaves
+                  if u.is_leaf and len(u.reservoir) and u.acc.weight > 0]
+        n_rows = sum(len(u.reservoir) for u in leaves)
+        total = sum(u.acc.weight for u in leaves)
+        if n_rows <= len(v.reservoir) or total <= 0:
+            return None
+        scale = v.acc.weight / total
+        X = sp.vstack([u.reservoir.to_csr() for u in leaves], format="csr")
+        w = np.concatenate([np.full(len(u.reservoir),
+                                    reservoir_row_weight(u.acc.weight * scale, len(u.reservoir)))
+                            for u in leaves])
+        return with_int32_indices(X), w
+
     def _spawn_children(self, v: Node, split: Split, C_full: Packed) -> list[int] | None:
         """Two new leaves from v's events routed by ``split``.
 
         Held as rows (:mod:`streammom.rowgram`), C_full is every event of v with its weight:
         each child gets its side's rows — W, s, C, T1–T3 and T exact — and v's offset is
         empty. Otherwise the children start from v's reservoir rows scaled to v's weight
-        (:func:`reservoir_row_weight`) and v keeps the frozen offset C_full − Σ children's C
-        (design §3).
+        (:func:`reservoir_row_weight`), or, in a subtree a re-split rebuilds, from the rows of
+        the subtree it replaced (:meth:`_subtree_rows`: each child's reservoir a weighted draw
+        of its side's, :meth:`Reservoir.from_rows <streammom.reservoir.Reservoir.from_rows>`,
+        and its side's rows the pool its own children start from), and v keeps the frozen
+        offset C_full − Σ children's C (design §3).
         """
         eng = self.eng
+        pool = self.pools.pop(v.node_id, None)
         X = v.reservoir.to_csr()
         n = X.shape[0]
         if n == 0:
@@ -728,30 +777,43 @@ class RefitPass:
         if isinstance(C_full, RowGram):
             X_all, w_all = C_full.rows()
             side_all = split.router.side(X_all)
+        elif pool is not None:
+            X_all, w_all = pool
+            side_all = split.router.side(X_all)
         d = X.shape[1]
         kids: list[Node] = []
+        pools: dict[int, RowPool] = {}
         for j in (0, 1):
             rows = np.flatnonzero(side == j)
-            if rows.size == 0:
-                return None
             nid = eng._next_id + j
             child = eng._new_node(nid, v.node_id, v.depth + 1)
-            Xj = X[rows]
-            Xj.sort_indices()
-            if exact:
+            if exact or pool is not None:
                 mine = np.flatnonzero(side_all == j)
                 if mine.size == 0:
                     return None
                 Xe, we = X_all[mine], w_all[mine]
                 Xe.sort_indices()
+            elif rows.size == 0:
+                return None
             else:
-                Xe, we = Xj, np.full(rows.size, reservoir_row_weight(v.acc.weight, n))
+                Xe = X[rows]
+                Xe.sort_indices()
+                we = np.full(rows.size, reservoir_row_weight(v.acc.weight, n))
+            if pool is not None:
+                rng = np.random.default_rng([eng.random_state, nid, eng._batch_counter, 2])
+                child.reservoir = Reservoir.from_rows(Xe, we, eng.reservoir_size, rng)
+                pools[nid] = (Xe, we)
+            elif rows.size == 0:
+                return None
+            else:
+                child.reservoir = v.reservoir.subset(rows)
+            Xj = child.reservoir.to_csr()
             child.acc.update(Xe, we)
             child.acc.set_basis(self.eigen.basis_from_rows(Xj, nid, d, v.acc.basis), rows=Xe,
                                 row_weight=we)
-            child.reservoir = v.reservoir.subset(rows)
             kids.append(child)
         eng._next_id += 2
+        self.pools.update(pools)
         if exact:
             v.acc.C = RowGram(d)
         else:

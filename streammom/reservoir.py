@@ -161,11 +161,41 @@ class Reservoir:
             val.append(np.pad(res.values[:k], ((0, 0), (0, pad))))
             lens.append(res.lengths[:k])
             p.append(np.full(k, max(float(weight), 0.0) / k))
-        out = Reservoir(capacity, n_features)
-        out._ensure(0, width)
         if not idx:
+            out = Reservoir(capacity, n_features)
+            out._ensure(0, width)
             return out
-        Ix, V, Ln, pr = np.vstack(idx), np.vstack(val), np.concatenate(lens), np.concatenate(p)
+        return Reservoir._drawn(np.vstack(idx), np.vstack(val), np.concatenate(lens),
+                                np.concatenate(p), capacity, n_features, rng)
+
+    @staticmethod
+    def from_rows(X: sp.csr_array, weights: np.ndarray, capacity: int,
+                  rng: np.random.Generator) -> Reservoir:
+        """A reservoir sampling the rows of ``X``, row i standing for ``weights[i]`` events:
+        ``capacity`` rows drawn without replacement with probability proportional to their
+        weights (all rows when they fit), as :meth:`combine` draws. A subtree rebuilt from
+        the reservoirs of the one it replaces starts its nodes' samples so
+        (:mod:`streammom.refit`)."""
+        X = sp.csr_array(X)
+        lens = np.diff(X.indptr).astype(np.int32)
+        width = max(_MIN_WIDTH, int(lens.max()) if lens.size else 0)
+        Ix = np.zeros((X.shape[0], width), dtype=np.int32)
+        V = np.zeros((X.shape[0], width))
+        mask = np.arange(width)[None, :] < lens[:, None]
+        Ix[mask] = X.indices
+        V[mask] = X.data
+        return Reservoir._drawn(Ix, V, lens, np.maximum(np.asarray(weights, float), 0.0),
+                                capacity, X.shape[1], rng)
+
+    @staticmethod
+    def _drawn(Ix: np.ndarray, V: np.ndarray, Ln: np.ndarray, pr: np.ndarray, capacity: int,
+               n_features: int, rng: np.random.Generator) -> Reservoir:
+        """A reservoir of ``capacity`` of the padded rows (Ix, V, Ln) drawn without replacement
+        with probability ∝ ``pr`` (all of them when they fit; uniformly when no row has
+        weight), kept in their order."""
+        out = Reservoir(capacity, n_features)
+        width = Ix.shape[1]
+        out._ensure(0, width)
         total = Ix.shape[0]
         if total <= capacity:
             chosen = np.arange(total)
@@ -177,8 +207,8 @@ class Reservoir:
             chosen = np.sort(rng.choice(total, size=size, replace=False, p=pr / pr.sum()))
         n = chosen.size
         out._ensure(n, width)
-        out.indices[:n, : Ix.shape[1]] = Ix[chosen]
-        out.values[:n, : V.shape[1]] = V[chosen]
+        out.indices[:n, :width] = Ix[chosen]
+        out.values[:n, :width] = V[chosen]
         out.lengths[:n] = Ln[chosen]
         out.n_filled = n
         return out

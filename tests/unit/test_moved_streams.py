@@ -117,7 +117,10 @@ def test_a_moved_stream_restarts_its_refinement_from_the_stream_sample(
     a tree grown on the early clusters. The spectral and k-means restarts fitted on the root's
     reservoir, the stream's sample, start an EM on those rows that the evidence keeps:
     0.87 × the oracle's ARI against 0.75 × without them (BENCHMARKS.md "Streams whose
-    clusters arrive in phases")."""
+    clusters arrive in phases"). Since a moved stream's re-splits rebuild from the replaced
+    leaves' rows the stream labels at 0.92 × with or without them (BENCHMARKS.md "A re-split
+    rebuilds from the reservoirs of the subtree it replaces"): the restarts still run on every
+    moved refit, on the root's reservoir, and never label worse than the fit without them."""
     X, y, _, truth = make_hierarchical_bernoulli(50_000, 1_000, 16, random_state=1,
                                                  return_truth=True)
     X = sp.csr_array(X)
@@ -146,4 +149,4 @@ def test_a_moved_stream_restarts_its_refinement_from_the_stream_sample(
     assert calls and all(n == 1_024 for n in calls)  # one reservoir: the root's
     monkeypatch.setattr(refine, "_sample_starts", lambda *args, **kwargs: [])
     base = labels()
-    assert got >= 0.85 * oracle and got > base + 0.05, (got, base, oracle)
+    assert got >= 0.9 * oracle and got >= base, (got, base, oracle)

@@ -78,3 +78,27 @@ def test_recent_events_win_under_growing_weights() -> None:
     recent = float((_ids(res) >= n - H).mean())
     assert recent > 0.35  # the last H events hold half of the decayed weight
     assert float((_ids(res) < n // 2).mean()) < 0.15
+
+
+def test_from_rows_keeps_rows_that_fit_and_draws_heavy_rows_first() -> None:
+    """A subtree a re-split rebuilds starts its reservoirs from the replaced subtree's rows:
+    rows that fit are all kept, in order, entries intact; past the capacity the draw is
+    without replacement and proportional to the weight a row stands for (rows of weight 9
+    against rows of weight 1, equally many: 90 % of a large sample), the same draw for the
+    same generator, and rows of weight 0 never."""
+    X = _rows(300, 16, 7)
+    small = Reservoir.from_rows(X[:40], np.ones(40), 64, np.random.default_rng(0))
+    assert len(small) == 40
+    np.testing.assert_array_equal(small.to_csr().toarray(), X[:40].toarray())
+
+    w = np.where(np.arange(300) < 150, 9.0, 1.0)
+    draws = [Reservoir.from_rows(X, w, 50, np.random.default_rng(s)) for s in range(40)]
+    assert all(len(r) == 50 and np.unique(_ids(r)).size == 50 for r in draws)
+    heavy = np.mean([(_ids(r) < 150).mean() for r in draws])
+    assert 0.85 < heavy < 0.95, heavy  # 0.9 in expectation (less: without replacement)
+    again = Reservoir.from_rows(X, w, 50, np.random.default_rng(3))
+    np.testing.assert_array_equal(again.to_csr().toarray(), draws[3].to_csr().toarray())
+
+    zero = np.where(np.arange(300) % 2 == 0, 1.0, 0.0)
+    kept = _ids(Reservoir.from_rows(X, zero, 100, np.random.default_rng(1)))
+    assert kept.size == 100 and (kept % 2 == 0).all()
