@@ -190,10 +190,9 @@ from streammom.tree import Node, subtree
 
 __all__ = ["ANNEAL_BETAS", "EM_MIN_PASSES", "EM_WORK", "EVIDENCE_MOVES", "LIGHT_EM_PASSES",
            "LIGHT_EM_WORK", "MOVE_BETAS", "PAIR_EM_PASSES", "PAIR_WORK", "SCORE_MOVES_TIC_ROWS",
-           "SHRINK", "SUMS_BY_SAMPLED_LEAF", "WORK_LEAVES", "RefinedRouters", "data_split",
-           "em_passes", "gains_significantly", "light_em_passes", "match_components",
-           "principal_bisection", "refine_routers", "spectral_restart", "split_gain",
-           "split_gain_rows", "subtree_centre"]
+           "SHRINK", "WORK_LEAVES", "RefinedRouters", "data_split", "em_passes",
+           "gains_significantly", "light_em_passes", "match_components", "principal_bisection",
+           "refine_routers", "spectral_restart", "split_gain", "split_gain_rows", "subtree_centre"]
 
 _CENTRE_FLOOR = 1e-6
 #: The spectral restart runs while rows × leaves ≤ this (its cost is O(nnz · k) per EM pass, so
@@ -248,11 +247,6 @@ PULLED_STRENGTH_SCORES = True
 #: Whether a searched refit's code-set scores keep at least half their components labelling
 #: rows (:func:`streammom.split_merge.labelled_floor`; module docstring). False: an ablation.
 LABELLED_FLOOR = True
-#: Whether the leaves' sums join a fit only while it also agrees with the leaf each reservoir
-#: row was sampled in — the partition the sums were added up under — besides the leaf the
-#: routers send it to now (:func:`streammom.stream_sums.with_stream_sums`). False: an
-#: ablation.
-SUMS_BY_SAMPLED_LEAF = True
 
 
 @dataclass(frozen=True)
@@ -345,9 +339,6 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
     row_weight = np.concatenate([np.full(b.shape[0], v.acc.weight / b.shape[0])
                                  for v, b in zip(leaves, blocks, strict=True)])
     label = np.searchsorted(np.array(leaf_ids), _route_rows(nodes, root_id, rows))
-    # the leaf whose reservoir holds each row: the sums are tested against it too
-    sampled = (np.repeat(np.arange(len(leaves)), [b.shape[0] for b in blocks])
-               if SUMS_BY_SAMPLED_LEAF else None)
     mu0, pi0 = _start(rows, row_weight, label, leaves, family)
     coverage = 1.0 if not n_events else rows.shape[0] / n_events  # the rows' share of the stream
     passes = (light_em_passes(max_iter, rows.shape[0], coverage) if light
@@ -359,7 +350,7 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                          sample_weight=row_weight, shrink=shrink and not searched)
     if light:
         fit = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
-                               label=label, sampled=sampled, shrink=shrink)
+                               label=label, shrink=shrink)
         return _refined(nodes, leaves, leaf_ids, family, fit, fit, rows.shape[0], False)
     restarts = rows.shape[0] * work_leaves <= RESTART_WORK  # spectral and annealed
     alt = None if not restarts else spectral_restart(
@@ -432,11 +423,10 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
         scored = labelled_floor(rows, row_weight, scored, family, max_iter=max_iter, tol=tol,
                                 random_state=random_state, at_least=min_labelled)
     summed = with_stream_sums(rows, row_weight, fit, leaves, family, weight_scale=weight_scale,
-                              label=label, sampled=sampled, shrink=shrink)
+                              label=label, shrink=shrink)
     scored = summed if scored is fit else with_stream_sums(rows, row_weight, scored, leaves,
                                                            family, weight_scale=weight_scale,
-                                                           label=label, sampled=sampled,
-                                                           shrink=shrink)
+                                                           label=label, shrink=shrink)
     return _refined(nodes, leaves, leaf_ids, family, summed, scored, rows.shape[0], restarted)
 
 

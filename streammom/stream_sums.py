@@ -34,16 +34,8 @@ token counts, whose restarted fits agree with the tree on 56–69 % of the rows,
 refit of arrival order 2 kept an annealed fit that labelled all rows at 0.487 and the sums
 turned it into 0.228; with the agreement test the five orders went 0.483 → 0.553 (mean),
 every synthetic code stream and every binary real set within ±0.01 (BENCHMARKS.md "The
-leaves' sums join only a fit that agrees with the tree"). The rows must agree by the leaf
-whose reservoir sampled them too (``sampled``): a leaf's reservoir is a sample of the events
-its sums hold, so its rows' agreement estimates the sums' own, where the routers as they stand
-may have changed since those events arrived. They have after a re-split: its subtree is
-rebuilt from rows the new moment splits route, and the refinement then re-routes them. On a
-stream whose first half arrived sorted by cluster, the rebuilt leaves' rows routed by the
-refined routers agreed with the kept fit at 0.92, their own leaves' at 0.57, and the sums'
-steps of the light refit that followed took that fit from 0.99 to 0.94 × the oracle's ARI
-(BENCHMARKS.md "A re-split rebuilds from the reservoirs of the subtree it replaces"). In
-the study behind this step (BENCHMARKS.md "Long and wide code streams", cause 2) the sums labelled
+leaves' sums join only a fit that agrees with the tree"). In the study
+behind this step (BENCHMARKS.md "Long and wide code streams", cause 2) the sums labelled
 better than the reservoirs' EM wherever a stream was ≥ 2.4 reservoirs long (0.81 → 0.95 ×
 the oracle's ARI at 50,000 events, d = 2,000).
 
@@ -101,10 +93,10 @@ def tree_agreement(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMRes
 
 def leaf_agreement(same: np.ndarray, label: np.ndarray, row_weight: np.ndarray, k: int
                    ) -> np.ndarray:
-    """Each leaf's agreement with a fit: of the rows' weight labelled leaf l (``label`` = l:
-    the rows the tree routes to it, or those its reservoir holds), the share whose MAP
-    component under the fit is l (``same``); 1 for a leaf without rows. The purity of the
-    leaf's routing, which its sums of the events outside the reservoirs share.
+    """Each leaf's agreement with a fit: of the rows' weight the tree routed to leaf l
+    (``label`` = l), the share whose MAP component under the fit is l (``same``); 1 for a leaf
+    no row reached. The purity of the leaf's routing, which its sums of the events outside the
+    reservoirs share.
 
     >>> leaf_agreement(np.array([True, False, True, True]), np.array([0, 0, 1, 1]),
     ...                np.ones(4), 3).tolist()
@@ -137,16 +129,14 @@ def reservoir_shares(leaves: Sequence[Node], weight_scale: float = 1.0) -> np.nd
 def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
                      leaves: Sequence[Node], family: Family, *, weight_scale: float = 1.0,
                      steps: int = STREAM_SUM_STEPS, label: np.ndarray | None = None,
-                     sampled: np.ndarray | None = None, shrink: bool = False
-                     ) -> MixtureEMResult:
+                     shrink: bool = False) -> MixtureEMResult:
     """``fit`` (its components on ``leaves``, in order) after ``steps`` MAP-EM steps with the
     leaves' sums (module docstring: :func:`streammom.mixture.fit_mixture_em` with the sums as
     a :class:`~streammom.mixture.SumsPrior`); ``fit`` itself when every λ_l is 1, or when
     ``label`` (each row's leaf under the tree's routers) is given and the fit agrees with it
     on less than :data:`MIN_AGREEMENT` of the rows' weight; with ``label``, a leaf whose own
     rows agree on less than that (:func:`leaf_agreement`) keeps its sums out (λ_l taken as
-    1: its rows alone). ``sampled`` (each row's leaf: the one whose reservoir holds it): the
-    same tests hold under it as well (module docstring). ``rows`` and ``row_weight`` are
+    1: its rows alone). ``rows`` and ``row_weight`` are
     the refinement's (the leaves' reservoirs, stacked in leaf order); ``shrink``: the steps
     also shrink the rates toward the pooled ones (:mod:`streammom.shrinkage`, code sets) with
     the fit's own prior strengths when it has them; the result keeps
@@ -155,10 +145,7 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
     if (share >= 1.0).all() or steps < 1:
         return fit
     if label is not None:
-        labels = [label] if sampled is None else [label, sampled]
-        got = [tree_agreement(rows, row_weight, fit, lab, family) for lab in labels]
-        overall = min(o for o, _ in got)
-        by_leaf = np.min(np.vstack([b for _, b in got]), axis=0)
+        overall, by_leaf = tree_agreement(rows, row_weight, fit, label, family)
         if overall < MIN_AGREEMENT:
             return fit
         share = np.where(by_leaf < MIN_AGREEMENT, 1.0, share)  # those leaves' sums stay out
