@@ -513,12 +513,13 @@ class RefitPass:
             old_children, old_router, old_D = v.children, v.router, v.discriminators
             old_offset = v.acc.C
             removed = [n for c in old_children for n in subtree(eng.nodes_, c)]
-            if self.moved and eng.half_life is None:
-                self.pools[nid] = self._subtree_rows(v, old_children)
+            pool = (self._subtree_rows(v, old_children)
+                    if self.moved and eng.half_life is None else None)
+            if pool is not None:
+                self.pools[nid] = pool  # _spawn_children takes it
             v.children = []
             v.acc.C = plan.full
             kids = self._spawn_children(v, plan.split, plan.full)
-            self.pools.pop(nid, None)
             if kids is None:  # degenerate new split: keep the old subtree
                 v.children, v.router, v.discriminators = old_children, old_router, old_D
                 v.acc.C = old_offset
@@ -785,6 +786,8 @@ class RefitPass:
         pools: dict[int, RowPool] = {}
         for j in (0, 1):
             rows = np.flatnonzero(side == j)
+            if pool is None and rows.size == 0:
+                return None
             nid = eng._next_id + j
             child = eng._new_node(nid, v.node_id, v.depth + 1)
             if exact or pool is not None:
@@ -793,8 +796,6 @@ class RefitPass:
                     return None
                 Xe, we = X_all[mine], w_all[mine]
                 Xe.sort_indices()
-            elif rows.size == 0:
-                return None
             else:
                 Xe = X[rows]
                 Xe.sort_indices()
@@ -803,8 +804,6 @@ class RefitPass:
                 rng = np.random.default_rng([eng.random_state, nid, eng._batch_counter, 2])
                 child.reservoir = Reservoir.from_rows(Xe, we, eng.reservoir_size, rng)
                 pools[nid] = (Xe, we)
-            elif rows.size == 0:
-                return None
             else:
                 child.reservoir = v.reservoir.subset(rows)
             Xj = child.reservoir.to_csr()
