@@ -47,6 +47,19 @@ refit's steps pulled the fit towards the routers' partition (0.85 × the oracle'
 27,000 events, 0.73 at the end). So a leaf's sums join only while its own routed rows agree
 (:func:`leaf_agreement` ≥ :data:`MIN_AGREEMENT`); the other components take their rows alone
 (0.82 at the end; BENCHMARKS.md "Many leaves").
+
+The sums' purity. Agreeing rows are not enough when a leaf's sums were added up under other
+routers than its reservoir rows: a re-split on a moved stream rebuilds its subtree from the
+replaced leaves' reservoir rows (:mod:`streammom.refit`), so a rebuilt leaf's routed rows can
+agree with the fit while its sums mix the events of two or three clusters (a half-sorted
+16-cluster stream of 50,000 events: one rebuilt leaf of weight 9,769 held three clusters'
+events, its rows agreed at 0.96, and the light refit's steps took the stream from 0.90 to
+0.75 × the oracle's ARI). So the sums are also checked against the fit itself: the mean of
+leaf l's sums is written as the closest non-negative combination of the fit's components
+(:func:`sums_purity`), and the sums join only while leaf l's own component carries at least
+:data:`MIN_AGREEMENT` of that combination; the other leaves' sums keep their place (the
+half-sorted stream 0.87, BENCHMARKS.md "A leaf's sums kept out when its own component does
+not explain them").
 """
 
 from __future__ import annotations
@@ -56,13 +69,14 @@ from dataclasses import replace
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.optimize import nnls
 
 from streammom.estimators import Family
 from streammom.mixture import MixtureEMResult, SumsPrior, fit_mixture_em, map_assign
 from streammom.tree import Node
 
-__all__ = ["MIN_AGREEMENT", "STREAM_SUM_STEPS", "leaf_agreement", "reservoir_shares",
-           "tree_agreement", "with_stream_sums"]
+__all__ = ["MIN_AGREEMENT", "PURITY_CANDIDATES", "STREAM_SUM_STEPS", "leaf_agreement",
+           "reservoir_shares", "sums_purity", "tree_agreement", "with_stream_sums"]
 
 #: MAP-EM steps with the sums (each one E-step over the reservoir rows, O(nnz · k)).
 STREAM_SUM_STEPS = 3
@@ -70,6 +84,11 @@ STREAM_SUM_STEPS = 3
 #: its MAP component (module docstring): the tree's own fits measured 0.92–0.99 on the
 #: synthetic code streams (one young 16-leaf tree 0.78), R8's restarted fits 0.56–0.69.
 MIN_AGREEMENT = 0.8
+#: Components a leaf's sums are explained by in :func:`sums_purity` (the nearest; all of
+#: them up to this many leaves): k non-negative least squares of this size a refit.
+PURITY_CANDIDATES = 32
+#: The pooled rate below which a code's scale in :func:`sums_purity` stops growing.
+PURITY_RATE_FLOOR = 1e-6
 
 
 def tree_agreement(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult,
@@ -105,6 +124,61 @@ def leaf_agreement(same: np.ndarray, label: np.ndarray, row_weight: np.ndarray, 
     routed = np.bincount(label, weights=row_weight, minlength=k)
     kept = np.bincount(label[same], weights=row_weight[same], minlength=k)
     return np.where(routed > 0, kept / np.maximum(routed, np.finfo(float).tiny), 1.0)
+
+
+def sums_purity(fit: MixtureEMResult, leaves: Sequence[Node], family: Family) -> np.ndarray:
+    """How much of each leaf's sums its own component of ``fit`` explains: the share
+    a_ll / Σ_j a_lj of the non-negative combination of the fit's components closest to the
+    mean of the leaf's sums (module docstring, "the sums' purity"); 1 for a leaf without
+    weight.
+
+    With μ_j the fit's components, p = Σ_j π_j μ_j its pooled rates and m_l = s_l / W_l
+    (Bernoulli) or s_l / Σ_h s_lh (multinomial) the mean of leaf l's sums, each code scaled by
+    1 / √p_h (its spread, so signature codes count beside the frequent ones):
+
+        a_l = argmin_{a ≥ 0} Σ_h (Σ_j a_j μ_jh − m_lh)² / p_h        (non-negative least
+                                                                        squares, Lawson–Hanson)
+
+    solved in the k × k Gram form (Cholesky factor of the scaled components' Gram matrix), on
+    the :data:`PURITY_CANDIDATES` components nearest the leaf's mean when k is larger.
+
+    >>> from streammom.mixture import MixtureEMResult
+    >>> from streammom.moments import MomentAccumulator
+    >>> from streammom.reservoir import Reservoir
+    >>> fit = MixtureEMResult(np.array([[0.9, 0.1], [0.1, 0.9]]), np.array([0.5, 0.5]),
+    ...                       0, True, 0.0)
+    >>> def leaf(weight, sums):
+    ...     acc = MomentAccumulator(2)
+    ...     acc.weight, acc.s = weight, np.array(sums)
+    ...     return Node(0, -1, 0, acc, Reservoir(8, 2))
+    >>> sums_purity(fit, [leaf(10.0, [9.0, 1.0]), leaf(10.0, [5.0, 5.0])], "bernoulli").round(2)
+    array([1. , 0.5])
+    """
+    mu = np.asarray(fit.means, dtype=float)
+    k = mu.shape[0]
+    sums = np.vstack([v.acc.s for v in leaves]).astype(float)
+    total = (sums.sum(axis=1) if family == "multinomial"
+             else np.array([v.acc.weight for v in leaves], dtype=float))
+    held = total > 0
+    scale = 1.0 / np.sqrt(np.maximum(np.asarray(fit.weights, dtype=float) @ mu, PURITY_RATE_FLOOR))
+    A = mu * scale
+    G = A @ A.T
+    G += np.eye(k) * (1e-9 * np.trace(G) / k)  # two equal components: still factorable
+    B = A @ (sums / np.where(held, total, 1.0)[:, None] * scale).T  # column l: A m_l
+    near = B / np.sqrt(np.diag(G))[:, None]
+    purity = np.ones(k)
+    for leaf in np.flatnonzero(held):
+        if k <= PURITY_CANDIDATES:
+            cand = np.arange(k)
+        else:
+            others = np.delete(np.arange(k), leaf)
+            top = others[np.argsort(-near[others, leaf], kind="stable")[:PURITY_CANDIDATES - 1]]
+            cand = np.sort(np.append(top, leaf))
+        chol = np.linalg.cholesky(G[np.ix_(cand, cand)])
+        a, _ = nnls(chol.T, np.linalg.solve(chol, B[cand, leaf]))
+        own = a[np.searchsorted(cand, leaf)]
+        purity[leaf] = own / a.sum() if a.sum() > 0 else 1.0
+    return purity
 
 
 def reservoir_shares(leaves: Sequence[Node], weight_scale: float = 1.0) -> np.ndarray:
@@ -149,6 +223,7 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
         if overall < MIN_AGREEMENT:
             return fit
         share = np.where(by_leaf < MIN_AGREEMENT, 1.0, share)  # those leaves' sums stay out
+        share = np.where(sums_purity(fit, leaves, family) < MIN_AGREEMENT, 1.0, share)
         if (share >= 1.0).all():
             return fit
     prior = SumsPrior(sums=np.vstack([v.acc.s for v in leaves]),

@@ -338,12 +338,14 @@ def test_the_sums_join_only_a_fit_that_agrees_with_the_tree() -> None:
 def test_a_leaf_whose_routed_rows_disagree_keeps_its_sums_out() -> None:
     """Leaf by leaf: a fit that agrees with the tree overall but not on one leaf (its
     component replaced by a less likely copy of another's, so none of its rows keeps it)
-    takes the sums' steps with the other leaves' sums only — exactly the MAP-EM steps whose
-    prior leaves that one out (λ = 1: its rows alone)."""
+    takes the sums' steps without that leaf's sums — exactly the MAP-EM steps whose prior
+    leaves it out (λ = 1: its rows alone). The sums' purity keeps out the copied leaf's too:
+    two equal components share its sums (:func:`streammom.stream_sums.sums_purity`)."""
     from streammom.mixture import SumsPrior
     from streammom.stream_sums import (
         MIN_AGREEMENT,
         STREAM_SUM_STEPS,
+        sums_purity,
         tree_agreement,
     )
 
@@ -360,9 +362,11 @@ def test_a_leaf_whose_routed_rows_disagree_keeps_its_sums_out() -> None:
     assert np.flatnonzero(purity < MIN_AGREEMENT).tolist() == [a]
     share = reservoir_shares(leaves)
     assert share[a] < 1.0  # without the test, its sums would join
+    assert np.flatnonzero(sums_purity(moved, leaves, "bernoulli") < MIN_AGREEMENT).tolist() \
+        == sorted([a, b])
     summed = with_stream_sums(rows, row_weight, moved, leaves, "bernoulli", label=label)
     kept_out = share.copy()
-    kept_out[a] = 1.0
+    kept_out[[a, b]] = 1.0
     prior = SumsPrior(sums=np.vstack([v.acc.s for v in leaves]),
                       mass=np.array([v.acc.weight for v in leaves]), share=kept_out)
     expected = fit_mixture_em(rows, moved.means, moved.weights, family="bernoulli", tol=0.0,
@@ -493,3 +497,43 @@ def test_a_tree_of_more_than_16_leaves_keeps_its_searches_while_its_rows_are_few
     got = acceptance_ari(X, y, 32)
     assert 2_048 < max(restarted_rows) <= 4_096, restarted_rows  # past the 32-leaf bound
     assert got > 0.9 * oracle, (got, oracle)
+
+
+def test_a_leaf_whose_sums_mix_components_keeps_them_out() -> None:
+    """The sums' purity: a leaf whose routed rows agree with the fit but whose sums are half
+    another leaf's events (a subtree rebuilt from sampled rows, then re-routed) keeps its sums
+    out of the steps — exactly the MAP-EM steps whose prior leaves that one out — while every
+    other leaf's sums, which its own component explains, still join."""
+    from copy import deepcopy
+
+    from streammom.mixture import SumsPrior
+    from streammom.stream_sums import (
+        MIN_AGREEMENT,
+        STREAM_SUM_STEPS,
+        sums_purity,
+        tree_agreement,
+    )
+
+    X, _, _ = _codes(30_000, 2_000, 8, seed=12, signal=0.7)
+    leaves = [deepcopy(v) for v in _leaves_of(_three_refits_then(X, 8_000))]
+    rows, row_weight, label, fit = _reservoir_fit(leaves)
+    assert (sums_purity(fit, leaves, "bernoulli") >= MIN_AGREEMENT).all()
+    mass = np.bincount(label, weights=row_weight)
+    a, b = np.argsort(mass)[-2:]  # the heaviest leaf's sums: half the next one's events
+    mixed = leaves[a].acc
+    mixed.s = 0.5 * mixed.s + 0.5 * leaves[b].acc.s * (mixed.weight / leaves[b].acc.weight)
+    purity = sums_purity(fit, leaves, "bernoulli")
+    assert np.flatnonzero(purity < MIN_AGREEMENT).tolist() == [a], purity
+    overall, by_leaf = tree_agreement(rows, row_weight, fit, label, "bernoulli")
+    assert overall >= MIN_AGREEMENT and (by_leaf >= MIN_AGREEMENT).all()  # rows: no alarm
+    share = reservoir_shares(leaves)
+    assert share[a] < 1.0
+    summed = with_stream_sums(rows, row_weight, fit, leaves, "bernoulli", label=label)
+    kept_out = share.copy()
+    kept_out[a] = 1.0
+    prior = SumsPrior(sums=np.vstack([v.acc.s for v in leaves]),
+                      mass=np.array([v.acc.weight for v in leaves]), share=kept_out)
+    expected = fit_mixture_em(rows, fit.means, fit.weights, family="bernoulli", tol=0.0,
+                              max_iter=STREAM_SUM_STEPS, sample_weight=row_weight, prior=prior)
+    np.testing.assert_array_equal(summed.means, expected.means)
+    assert not np.array_equal(summed.means, fit.means)  # the other leaves' sums joined
