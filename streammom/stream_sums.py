@@ -163,9 +163,10 @@ def sums_purity(fit: MixtureEMResult, leaves: Sequence[Node], family: Family) ->
     scale = 1.0 / np.sqrt(np.maximum(np.asarray(fit.weights, dtype=float) @ mu, PURITY_RATE_FLOOR))
     A = mu * scale
     G = A @ A.T
-    G += np.eye(k) * (1e-9 * np.trace(G) / k)  # two equal components: still factorable
+    # two equal components (or a component of zeros): still factorable
+    G += np.eye(k) * max(1e-9 * np.trace(G) / k, np.finfo(float).tiny)
     B = A @ (sums / np.where(held, total, 1.0)[:, None] * scale).T  # column l: A m_l
-    near = B / np.sqrt(np.diag(G))[:, None]
+    near = B / np.sqrt(np.diag(G))[:, None]  # cosine-like closeness of m_l to each μ_j
     purity = np.ones(k)
     for leaf in np.flatnonzero(held):
         if k <= PURITY_CANDIDATES:
