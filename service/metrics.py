@@ -117,8 +117,10 @@ class WorkerMetrics:
         )
         self.leaf_share_shift_threshold = Gauge(
             "streammom_leaf_share_shift_threshold",
-            "The shift at which the stream counts as moved: 0.25, or three times the shift "
-            "a stationary stream shows by chance when that is larger (+Inf before a split).",
+            "The shift at which the stream counts as moved: a floor (0.1 after a refit that "
+            "found the stream settled, 0.25 after one that found it moved), or three times "
+            "the shift a stationary stream shows by chance when that is larger (+Inf before "
+            "a split).",
             registry=r,
         )
         self.refit_held_events = Gauge(

@@ -86,7 +86,7 @@ from streammom.serialization import (
     archive_bytes,
     read_archive,
 )
-from streammom.stream_shift import moved_shift
+from streammom.stream_shift import MOVED_SHIFT, SETTLED_SHIFT, moved_shift
 from streammom.tree import (
     LeafLayout,
     Node,
@@ -348,6 +348,7 @@ class StreamingHierarchy(Estimator):
         self._batch_counter = 0
         self._events_since_refit = 0
         self._refit_spent = 0.0  # estimated refit work so far, in events (refit_budget)
+        self._moved_at_last_refit = False  # the shift test's floor (stream_shift)
         self._light_burst_spent = 0.0  # light refits charged to their own burst (refit_budget)
         self._decay = DecayClock()  # event time, τ_ref of the stored sums, last refit time
         self._buffers: PackedBufferPool | None = None  # reused d(d+1)/2 refit temporaries
@@ -648,14 +649,16 @@ class StreamingHierarchy(Estimator):
         """How far the leaves' shares of the events learned since the last refit are from
         their shares of the stream sampled at it, and the shift at which the stream counts as
         moved: ``(shift, threshold)`` (:func:`streammom.stream_shift.moved_shift`; ``(0.0,
-        inf)`` on a tree of one leaf or with no events since). A moved stream's next refit
+        inf)`` on a tree of one leaf or with no events since; the floor is lower after a
+        refit that found the stream settled). A moved stream's next refit
         is full while the spend stays within the budget's credit for it
         (:func:`streammom.refit_budget.moved_credit`)."""
         leaves = [v for v in self.nodes_.values() if v.is_leaf]
         if len(leaves) < 2:
             return 0.0, float("inf")
         return moved_shift(np.array([v.refit_rows for v in leaves]),
-                           np.array([v.arrived for v in leaves]), self._events_since_refit)
+                           np.array([v.arrived for v in leaves]), self._events_since_refit,
+                           floor=MOVED_SHIFT if self._moved_at_last_refit else SETTLED_SHIFT)
 
     def stream_moved(self) -> bool:
         """Whether the stream moved since the last refit (:meth:`share_shift`)."""
@@ -917,7 +920,8 @@ class StreamingHierarchy(Estimator):
             records = self._follow_vocabulary()
             eigen = NodeEigensolver(self.random_state, self.basis_dim, self.family_,
                                     self._scratch)
-            refit_pass = RefitPass(self, eigen, moved=not light and self.stream_moved())
+            moved = self.stream_moved()
+            refit_pass = RefitPass(self, eigen, moved=not light and moved)
             records += refit_pass.run_light() if light else refit_pass.run()
             if records:
                 self.model_version_ += 1
@@ -928,6 +932,7 @@ class StreamingHierarchy(Estimator):
                     del self.lineage_[: len(self.lineage_) - self.max_lineage]
             self._rebuild_model()
             self._sample_shares()
+            self._moved_at_last_refit = moved
             if self.refit_every == "auto":
                 self._close_youth()
             if light and self._in_light_burst():

@@ -115,6 +115,7 @@ def engine_to_archive(eng: StreamingHierarchy) -> tuple[dict[str, Any], dict[str
         "events_since_refit": eng._events_since_refit,
         "refit_spent": eng._refit_spent,
         "light_burst_spent": eng._light_burst_spent,
+        "moved_at_last_refit": eng._moved_at_last_refit,
         "time_ref": eng._decay.time_ref,
         "clock": eng._decay.now,
         "refit_clock": eng._decay.refit_at,
@@ -188,6 +189,12 @@ def engine_from_archive(
         eng._refit_spent = _counter(st, "refit_spent")  # absent before the budget
         # absent before the light refits' burst: a snapshot of an older engine starts it anew
         eng._light_burst_spent = _counter(st, "light_burst_spent")
+        # absent before the settled floor of the shift test: as after a settled refit
+        moved = st.get("moved_at_last_refit", False)
+        if not isinstance(moved, bool):
+            raise SnapshotFormatError(
+                f"malformed engine snapshot: moved_at_last_refit = {moved!r}")
+        eng._moved_at_last_refit = moved
         eng._decay = DecayClock(
             time_ref=None if st["time_ref"] is None else float(st["time_ref"]),
             now=None if st["clock"] is None else float(st["clock"]),

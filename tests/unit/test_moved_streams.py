@@ -150,3 +150,67 @@ def test_a_moved_stream_restarts_its_refinement_from_the_stream_sample(
     monkeypatch.setattr(refine, "_sample_starts", lambda *args, **kwargs: [])
     base = labels()
     assert got >= 0.9 * oracle and got >= base, (got, base, oracle)
+
+
+def _late(y: np.ndarray, seed: int) -> np.ndarray:
+    """The phase bench's ``late`` order: the last cluster only in the second half of the
+    stream, every other event in random order (``bench/phase_streams.py``)."""
+    n, last = y.size, int(y.max())
+    early = np.flatnonzero((np.arange(n) < n // 2) & (y != last))
+    rest = np.setdiff1d(np.arange(n), early)
+    return np.concatenate([early, rest[np.random.default_rng(seed).permutation(rest.size)]])
+
+
+def test_a_new_population_after_a_settled_stream_gets_a_full_refit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One cluster of 8 that appears once the stream has settled moves the leaves' shares by
+    ~0.17, under the floor of 0.25 a moving stream needs: with the lower floor after a settled
+    refit (``stream_shift.SETTLED_SHIFT``) its refit runs in full and gives it a leaf (0.99 ×
+    the oracle's ARI against 0.87 ×). The refit after a moved one takes the higher floor."""
+    from streammom.stream_shift import MOVED_SHIFT, SETTLED_SHIFT
+
+    X, y, oracle = _codes(20_000, seed=0)
+    order = _late(y, seed=0)
+    eng, seen = _stream(X[order])
+    moved = [i for i, (_, s, t) in enumerate(seen) if s >= t]
+    assert moved, seen
+    first = moved[0]
+    assert seen[first][0] > 10_000  # the new cluster arrives with the second half
+    _, shift, threshold = seen[first]
+    assert SETTLED_SHIFT <= threshold <= shift < MOVED_SHIFT, seen  # under the moving floor
+    assert all(t >= MOVED_SHIFT for _, _, t in seen[first + 1:first + 2]), seen
+    got = adjusted_rand_score(y[order], eng.predict(X[order]))
+
+    monkeypatch.setattr(engine_module, "SETTLED_SHIFT", MOVED_SHIFT)
+    one_floor, seen = _stream(X[order])
+    assert all(s < t for n, s, t in seen if n > 10_000), seen
+    base = adjusted_rand_score(y[order], one_floor.predict(X[order]))
+    assert got >= 0.95 * oracle and got > base + 0.05, (got, base, oracle)
+
+
+def test_the_last_refits_verdict_survives_the_archive_and_is_validated() -> None:
+    """Which floor the shift test takes is state: a restored engine keeps the last refit's
+    verdict, a snapshot written before it existed reads as settled, a mistyped one is
+    refused."""
+    X, y, _ = _codes(4_000, seed=3)
+    X = X[np.argsort(y, kind="stable")]
+    eng = StreamingHierarchy(500, max_leaves=8, refit_every=None)
+    eng.partial_fit(X[:1_000])
+    eng.refit()
+    eng.partial_fit(X[1_000:3_000])  # two more clusters: moved
+    assert eng.stream_moved()
+    eng.refit()
+    assert eng._moved_at_last_refit
+    eng.partial_fit(X[3_000:])
+    manifest, arrays = eng.to_archive()
+    assert manifest["state"]["moved_at_last_refit"] is True
+    back = StreamingHierarchy.from_archive(manifest, arrays)
+    assert back._moved_at_last_refit and back.share_shift() == eng.share_shift()
+
+    state = {k: v for k, v in manifest["state"].items() if k != "moved_at_last_refit"}
+    old = StreamingHierarchy.from_archive({**manifest, "state": state}, arrays)
+    assert not old._moved_at_last_refit
+    for bad in (1, "yes", None):
+        with pytest.raises(SnapshotFormatError, match="moved_at_last_refit"):
+            StreamingHierarchy.from_archive(
+                {**manifest, "state": {**state, "moved_at_last_refit": bad}}, arrays)

@@ -62,7 +62,10 @@ def test_light_refits_are_counted_apart_from_full_ones(tmp_path: Path) -> None:
 def test_the_stream_shift_is_exported_with_its_threshold(tmp_path: Path) -> None:
     """``streammom_leaf_share_shift`` and its threshold are the engine's
     :meth:`~streammom.StreamingHierarchy.share_shift` after the last batch: a stationary
-    cohort stays below the threshold, which is at least the 0.25 floor once the tree split."""
+    cohort stays below the threshold, which is at least the settled stream's floor (0.1) once
+    the tree split."""
+    from streammom.stream_shift import SETTLED_SHIFT
+
     broker = MemoryBroker()
     fill_cohort(broker, 3_400)
     worker = memory_worker(small_settings(tmp_path, model={"refit_every": "auto"}), broker)
@@ -72,4 +75,5 @@ def test_the_stream_shift_is_exported_with_its_threshold(tmp_path: Path) -> None
     threshold = registry.get_sample_value("streammom_leaf_share_shift_threshold")
     assert worker.engine.model_.n_leaves > 1
     assert (shift, threshold) == worker.engine.share_shift()
-    assert 0.0 < shift < threshold and threshold >= 0.25
+    assert not worker.engine._moved_at_last_refit
+    assert 0.0 < shift < threshold and threshold >= SETTLED_SHIFT
