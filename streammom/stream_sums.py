@@ -168,14 +168,16 @@ def sums_purity(fit: MixtureEMResult, leaves: Sequence[Node], family: Family) ->
     B = A @ (sums / np.where(held, total, 1.0)[:, None] * scale).T  # column l: A m_l
     near = B / np.sqrt(np.diag(G))[:, None]  # cosine-like closeness of m_l to each μ_j
     purity = np.ones(k)
+    every = np.arange(k)
+    whole = np.linalg.cholesky(G) if k <= PURITY_CANDIDATES else None  # one factor for all
     for leaf in np.flatnonzero(held):
-        if k <= PURITY_CANDIDATES:
-            cand = np.arange(k)
+        if whole is not None:
+            cand, chol = every, whole
         else:
-            others = np.delete(np.arange(k), leaf)
+            others = np.delete(every, leaf)
             top = others[np.argsort(-near[others, leaf], kind="stable")[:PURITY_CANDIDATES - 1]]
             cand = np.sort(np.append(top, leaf))
-        chol = np.linalg.cholesky(G[np.ix_(cand, cand)])
+            chol = np.linalg.cholesky(G[np.ix_(cand, cand)])
         a, _ = nnls(chol.T, np.linalg.solve(chol, B[cand, leaf]))
         own = a[np.searchsorted(cand, leaf)]
         purity[leaf] = own / a.sum() if a.sum() > 0 else 1.0
@@ -210,8 +212,9 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
     a :class:`~streammom.mixture.SumsPrior`); ``fit`` itself when every λ_l is 1, or when
     ``label`` (each row's leaf under the tree's routers) is given and the fit agrees with it
     on less than :data:`MIN_AGREEMENT` of the rows' weight; with ``label``, a leaf whose own
-    rows agree on less than that (:func:`leaf_agreement`) keeps its sums out (λ_l taken as
-    1: its rows alone). ``rows`` and ``row_weight`` are
+    rows agree on less than that (:func:`leaf_agreement`), or whose sums its own component
+    explains less than that (:func:`sums_purity`), keeps its sums out (λ_l taken as 1: its
+    rows alone). ``rows`` and ``row_weight`` are
     the refinement's (the leaves' reservoirs, stacked in leaf order); ``shrink``: the steps
     also shrink the rates toward the pooled ones (:mod:`streammom.shrinkage`, code sets) with
     the fit's own prior strengths when it has them; the result keeps
@@ -223,8 +226,8 @@ def with_stream_sums(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMR
         overall, by_leaf = tree_agreement(rows, row_weight, fit, label, family)
         if overall < MIN_AGREEMENT:
             return fit
-        share = np.where(by_leaf < MIN_AGREEMENT, 1.0, share)  # those leaves' sums stay out
-        share = np.where(sums_purity(fit, leaves, family) < MIN_AGREEMENT, 1.0, share)
+        kept_out = (by_leaf < MIN_AGREEMENT) | (sums_purity(fit, leaves, family) < MIN_AGREEMENT)
+        share = np.where(kept_out, 1.0, share)
         if (share >= 1.0).all():
             return fit
     prior = SumsPrior(sums=np.vstack([v.acc.s for v in leaves]),
