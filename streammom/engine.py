@@ -121,6 +121,11 @@ class StreamingHierarchy(Estimator):
         raw events (token lists or count dicts), and snapshots include it.
     max_depth : int in [0, 32], default 8
     max_leaves : int >= 1, default 16
+        The clusters to find. The tree fills this budget wherever a leaf's moments give a
+        split: a split is not tested against one component (a test by the partition's
+        evidence or by held-out likelihood refused the root split of streams that the full
+        tree labels well: BENCHMARKS.md "A leaf's split gated by its evidence"), so a value
+        above the clusters in the data splits some of them.
     min_split_weight : float >= 0, default 50.0
         A leaf splits only when its depth < ``max_depth``, the tree has < ``max_leaves`` leaves
         and its decayed weight ≥ ``min_split_weight`` (and the split quality allows, below).
