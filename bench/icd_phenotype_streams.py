@@ -45,7 +45,7 @@ import scipy.sparse as sp  # noqa: E402
 import simple_icd_10_cm as icd  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
-from streammom import SpectralMixture, refine  # noqa: E402
+from streammom import SpectralMixture, refine, searches  # noqa: E402
 from streammom.mixture import MixtureEMResult, map_assign  # noqa: E402
 from streammom.split_merge import split_merge  # noqa: E402
 
@@ -132,11 +132,11 @@ def main() -> None:
             d = X.shape[1]
             oracle = adjusted_rand_score(y, map_assign(X, prevalence, shares, "bernoulli"))
             shipped, clusters, seconds = stream_ari(X, y, d, k)
-            refine.split_merge = _local_estimates_only  # type: ignore[assignment]
+            refine.split_merge = searches.split_merge = _local_estimates_only  # type: ignore
             try:
                 local, _, _ = stream_ari(X, y, d, k)
             finally:
-                refine.split_merge = split_merge
+                refine.split_merge = searches.split_merge = split_merge
             batch = SpectralMixture(k, family="bernoulli", method="asvtd", em=True,
                                     random_state=0).fit(X).predict(X)
             shipped_all.append(shipped / oracle)

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
-from streammom import StreamingHierarchy, refine  # noqa: E402
+from streammom import StreamingHierarchy, refine, searches  # noqa: E402
 from streammom.datasets import make_hierarchical_bernoulli  # noqa: E402
 from streammom.mixture import map_assign  # noqa: E402
 
@@ -49,20 +49,23 @@ STREAMS = [
 def before_long_stream_parts() -> Iterator[None]:
     """The engine without pair re-splits, split-and-merge moves, the leaves' sums and light
     refits (the ablation)."""
-    saved = (refine.pair_resplit, refine.split_merge, refine.with_stream_sums)
+    saved = (searches.pair_resplit, searches.split_merge, refine.split_merge,
+             refine.with_stream_sums)
     afford = StreamingHierarchy._affordable_at
 
     def full_only(self: StreamingHierarchy, *, light: bool) -> int:
         return 1 << 62 if light else afford(self, light=False)
 
-    refine.pair_resplit = lambda rows, w, fit, *a, **k: fit  # type: ignore[assignment]
+    searches.pair_resplit = lambda rows, w, fit, *a, **k: fit  # type: ignore[assignment]
     refine.with_stream_sums = lambda rows, w, fit, *a, **k: fit  # type: ignore[assignment]
     refine.split_merge = lambda rows, w, fit, *a, **k: fit  # type: ignore[assignment]
+    searches.split_merge = refine.split_merge  # type: ignore[assignment]
     StreamingHierarchy._affordable_at = full_only  # type: ignore[method-assign]
     try:
         yield
     finally:
-        refine.pair_resplit, refine.split_merge, refine.with_stream_sums = saved
+        (searches.pair_resplit, searches.split_merge, refine.split_merge,
+         refine.with_stream_sums) = saved
         StreamingHierarchy._affordable_at = afford  # type: ignore[method-assign]
 
 

@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
-from streammom import refine  # noqa: E402
+from streammom import refine, searches  # noqa: E402
 from streammom.mixture import map_assign  # noqa: E402
 from streammom.split_merge import split_merge  # noqa: E402
 
@@ -95,11 +95,12 @@ def main() -> None:
             X, y, prevalence, shares = random_tree_codes(n, d, k, codes, sep, seed)
             oracle = adjusted_rand_score(y, map_assign(X, prevalence, shares, "bernoulli"))
             shipped, clusters, seconds = stream_ari(X, y, d, k)
-            refine.split_merge = functools.partial(split_merge, max_moves=1)  # type: ignore
+            one_move = functools.partial(split_merge, max_moves=1)
+            refine.split_merge = searches.split_merge = one_move  # type: ignore
             try:
                 one, _, _ = stream_ari(X, y, d, k)
             finally:
-                refine.split_merge = split_merge
+                refine.split_merge = searches.split_merge = split_merge
             shipped_all.append(shipped / oracle)
             one_all.append(one / oracle)
             print(f"| {n:,} | {d:,} | {k} | {codes:g} | {sep:g} | {seed} | {oracle:.3f} | "

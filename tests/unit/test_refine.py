@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from engine_checks import assert_same_sums_and_routers
 from sklearn.metrics import adjusted_rand_score
 
-from streammom import StreamingHierarchy, refine
+from streammom import StreamingHierarchy, refine, searches
 from streammom.datasets import make_hierarchical_bernoulli
 from streammom.mixture import map_assign
 from streammom.model import Router
@@ -354,7 +354,7 @@ def test_spectral_restart_replaces_a_poor_partition_and_keeps_the_better_likelih
         monkeypatch: pytest.MonkeyPatch) -> None:
     eng, X, y = _scrambled(seed=7)
     monkeypatch.setattr(refine, "kmeans_restart", lambda *a, **k: None)  # the spectral one only
-    monkeypatch.setattr(refine, "pair_resplit", lambda rows, w, fit, *a, **k: fit)
+    monkeypatch.setattr(searches, "pair_resplit", lambda rows, w, fit, *a, **k: fit)
     with monkeypatch.context() as patch:
         patch.setattr(refine, "RESTART_WORK", 0)  # no restart: EM from the partition only
         alone = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)
