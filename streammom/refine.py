@@ -51,10 +51,10 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
 * the searches on a sample, past their bound (:func:`streammom.searches.searched_on_sample`,
   code sets; :data:`SAMPLE_SEARCH`): a moved stream's full refit (the stream's sample given,
   as for the restarts below) whose rows × leaves pass ``PAIR_WORK`` runs the same three
-  steps on each leaf's
-  reservoir thinned to its share of the bound's rows, weighted up so each leaf keeps its
-  weight, then one shrunk EM on all the rows from what they found, kept when its partition
-  of all the rows is the more evident. Without it such a refit only polished the tree's
+  steps on each leaf's reservoir thinned to its share of the bound's rows, weighted up so
+  each leaf keeps its weight, then one shrunk EM on all the rows from what they found, kept
+  when its partition of all the rows is the more evident; its components are put on the
+  leaves as the spectral restart's are (above). Without it such a refit only polished the tree's
   partition, however the stream had moved (50,000 × 1,000 × 16 code streams half sorted by
   cluster: 0.870 / 0.914 → 0.959 / 0.959 × the oracle's ARI; BENCHMARKS.md "Searches on a
   sample of a long stream's rows");

@@ -14,21 +14,22 @@ to whatever clusters the stream held when it grew, is only polished by EM. Where
 *moved* since the last refit (:mod:`streammom.stream_shift`: clusters arriving in phases, a
 new population) that partition is the one that most needs a merge of two leaves that share a
 cluster and a split of one that holds two. There (the refinement is given the stream's
-sample) :func:`searched_on_sample` runs the same three steps on a sample of
-the rows within the bound — each leaf's reservoir thinned to at most
-⌊rows bound / k⌋ rows chosen by a seeded generator (:func:`search_sample`), every kept row
-weighted up so that each leaf's weight is unchanged — then one shrunk EM on all the rows from
-the searched fit (the refit's own EM there is shrunk too, :mod:`streammom.shrinkage`), kept
-when its partition of all the rows is the more evident (:func:`streammom.evidence.better_fit`).
-A stationary stream's full refits past the bound (a long stream's, paced by the cost budget)
-stay unsearched: the search on a sample costs 2–3 s at d = 1,000, several times the refit the
-budget's cost model prices (:mod:`streammom.refit_budget`), while a moved stream's refits are
-few and bought by its own credit.
+sample) :func:`searched_on_sample` runs the same three steps on a sample of the rows within
+the bound — each leaf's reservoir thinned to at most ⌊rows bound / k⌋ rows chosen by a
+seeded generator (:func:`search_sample`), every kept row weighted up so that each leaf's
+weight is unchanged — then one shrunk EM on all the rows from the searched fit (the refit's
+own EM there is shrunk too, :mod:`streammom.shrinkage`), kept when its partition of all the
+rows is the more evident (:func:`streammom.evidence.better_fit`). A stationary stream's full
+refits past the bound (a long stream's, paced by the cost budget) stay unsearched: the search
+on a sample takes 0.9–2.5 s at d = 1,000 and about doubles the refit it runs in, which the
+budget's cost model (:mod:`streammom.refit_budget`) does not price, while a moved stream's
+refits are few and bought by its own credit.
 
-On ``bench/phase_streams.py``'s 50,000 × 1,000 × 16 streams (BENCHMARKS.md "Searches on a
-sample of a long stream's rows") half-sorted arrival went 0.870 / 0.914 → 0.918 / 0.958 × the
-oracle's ARI and emerging clusters 0.896 / 0.922 → 0.880 / 0.977; no stream of the default
-acceptance families reaches a full refit past the bound, so all 273 are unchanged.
+On the phase streams' 50,000 × 1,000 × 16 shape (``bench/acceptance_suite.py --families
+phase``; BENCHMARKS.md "Searches on a sample of a long stream's rows") half-sorted arrival
+went 0.870 / 0.914 → 0.959 / 0.959 × the oracle's ARI and emerging clusters 0.896 / 0.922 →
+0.898 / 0.965; no stream of the default acceptance families reaches a full refit past the
+bound, so all 273 are unchanged.
 """
 
 from __future__ import annotations
