@@ -79,7 +79,7 @@ def stream_labels(X: sp.csr_array, k: int, *, credit: bool) -> tuple[np.ndarray,
     of light refits. ``credit=False`` switches the moved streams' credit off."""
     real = engine_module.moved_credit
     if not credit:
-        engine_module.moved_credit = lambda max_leaves, d: 0.0  # type: ignore[assignment]
+        engine_module.moved_credit = lambda *_: 0.0  # type: ignore[assignment]
     try:
         eng = StreamingHierarchy(X.shape[1], max_leaves=k)
         for start in range(0, X.shape[0], 1_000):

@@ -8,7 +8,14 @@ internal node has enough new weight to be recomputed. Prints the refit's cost in
 event-equivalents (refit seconds / seconds per ingested event) and the least-squares fit
 cost = n_nodes · (c₀ + c₂ · d²) whose constants ``streammom.refit_budget`` uses; then, after
 10,000 more events, one light refit (``refit(light=True)``: the refinement alone), its cost
-per node against c_L. One core (thread pools pinned before numpy loads).
+per node against c_L. Last, the same full refit from the same state (a snapshot restored) with
+the stream taken as moved (``stream_moved`` answering yes): the refinement then restarts from
+the stream's sample and searches a sample of the rows
+(:func:`streammom.searches.searched_on_sample`), work the refit's model does not hold; the
+table gives its extra cost over the settled refit against what the budget charges for it,
+c_S · ``refine.PAIR_WORK``
+(:func:`streammom.refit_budget.sample_search_cost_events`). One core (thread pools pinned
+before numpy loads).
 """
 
 from __future__ import annotations
@@ -22,12 +29,13 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from streammom import StreamingHierarchy  # noqa: E402
+from streammom import StreamingHierarchy, refine  # noqa: E402
 from streammom.datasets import make_hierarchical_bernoulli  # noqa: E402
 from streammom.refit_budget import (  # noqa: E402
     LIGHT_REFIT_NODE_EVENTS,
     REFIT_NODE_EVENTS,
     REFIT_NODE_EVENTS_PER_D2,
+    sample_search_cost_events,
 )
 
 
@@ -37,6 +45,7 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     lights: list[float] = []
+    moved: list[tuple[int, float, float]] = []
     for d in (500, 1_000, 2_000, 4_000):
         X, *_ = make_hierarchical_bernoulli(360_000, d, 16, codes_per_event=10.0,
                                             random_state=0)
@@ -47,11 +56,13 @@ def main() -> None:
         t0 = time.perf_counter()
         eng.partial_fit(X[50_000:350_000])
         per_event = (time.perf_counter() - t0) / 300_000
+        state = eng.snapshot()
         t0 = time.perf_counter()
         eng.refit()
         refit = time.perf_counter() - t0
         n = len(eng.nodes_)
         rows.append((d, n, refit / per_event))
+        moved.append((d, refit / per_event, moved_refit(state) / per_event))
         eng.partial_fit(X[350_000:])
         t0 = time.perf_counter()
         eng.refit(light=True)
@@ -67,6 +78,25 @@ def main() -> None:
           f"(in use: {REFIT_NODE_EVENTS:,.0f}, {REFIT_NODE_EVENTS_PER_D2:.3g}); light refits "
           f"{min(lights):,.0f}–{max(lights):,.0f} events a node (in use: c_L = "
           f"{LIGHT_REFIT_NODE_EVENTS:,.0f})")
+    charged = sample_search_cost_events(refine.PAIR_WORK)
+    print("\n| d | settled refit in events | moved refit in events | extra | charged for it |")
+    print("|---:|---:|---:|---:|---:|")
+    for d, settled, moving in moved:
+        print(f"| {d:,} | {settled:,.0f} | {moving:,.0f} | {moving - settled:,.0f} | "
+              f"{charged:,.0f} |")
+
+
+def moved_refit(state: bytes) -> float:
+    """Seconds of the full refit of the engine ``state`` with the stream taken as moved."""
+    eng = StreamingHierarchy.restore(state)
+    real = StreamingHierarchy.stream_moved
+    StreamingHierarchy.stream_moved = lambda self: True  # type: ignore[method-assign]
+    try:
+        t0 = time.perf_counter()
+        eng.refit()
+        return time.perf_counter() - t0
+    finally:
+        StreamingHierarchy.stream_moved = real  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

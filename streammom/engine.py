@@ -70,6 +70,7 @@ from streammom.moments import (
     row_sums,
 )
 from streammom.packed import Packed, add_into, dense
+from streammom.refine import sample_search_work_of
 from streammom.refit import RefitPass
 from streammom.refit_budget import (
     light_refit_burst,
@@ -77,6 +78,7 @@ from streammom.refit_budget import (
     moved_credit,
     refit_affordable_at,
     refit_cost_events,
+    sample_search_cost_events,
     spent_past_youth,
     youth_events,
 )
@@ -643,7 +645,8 @@ class StreamingHierarchy(Estimator):
         assert self.n_features_ is not None
         if light and self._in_light_burst():
             return 0
-        credit = (moved_credit(self.max_leaves, self.n_features_)
+        credit = (moved_credit(self.max_leaves, self.n_features_,
+                               sample_search_work_of(self.family_))
                   if not light and self.stream_moved() else 0.0)
         return refit_affordable_at(self.refit_budget, self._refit_spent,
                                    self._refit_cost(light=light), self.max_leaves,
@@ -943,7 +946,8 @@ class StreamingHierarchy(Estimator):
             if light and self._in_light_burst():
                 self._light_burst_spent += self._refit_cost(light=True)
             else:
-                self._refit_spent += self._refit_cost(light=light)
+                self._refit_spent += (self._refit_cost(light=light) + sample_search_cost_events(
+                    refit_pass.sample_search_work))
         return records
 
     # ------------------------------------------------------------------ merge

@@ -47,7 +47,7 @@ from streammom.estimators import Family
 from streammom.mixture import MixtureEMResult, fit_from_partition, partition_sums
 
 __all__ = ["DENSE_GRAM_ROWS", "EMBEDDING_DIM", "KMEANS_MIN_SHARE", "KMEANS_ROWS", "KMEANS_WORK",
-           "N_INIT", "is_short_stream", "kmeans_restart", "spectral_embedding",
+           "N_INIT", "is_short_stream", "kmeans_restart", "kmeans_starts", "spectral_embedding",
            "weighted_kmeans"]
 
 #: The k-means start runs while the refinement's rows are at most this many (four default
@@ -220,3 +220,18 @@ def kmeans_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: F
     label = weighted_kmeans(Z, k, row_weight, random_state)
     return fit_from_partition(rows, row_weight, label, k, family=family, max_iter=max_iter,
                               tol=tol)
+
+
+def kmeans_starts(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: Family, *,
+                  max_iter: int, tol: float, seeds: list[int]) -> list[MixtureEMResult]:
+    """:func:`kmeans_restart`'s start and EM once for each of ``seeds``, on one embedding of
+    the rows (computed once): the fits in the seeds' order, none where the rows do not
+    support the start (fewer rows than k, an embedding of no dimension). The caller bounds
+    the rows (:func:`is_short_stream`)."""
+    if k < 2 or k > rows.shape[0] or not seeds:
+        return []
+    Z = spectral_embedding(rows)
+    if Z.shape[1] == 0:
+        return []
+    return [fit_from_partition(rows, row_weight, weighted_kmeans(Z, k, row_weight, seed), k,
+                               family=family, max_iter=max_iter, tol=tol) for seed in seeds]

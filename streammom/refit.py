@@ -168,6 +168,7 @@ class RefitPass:
         self.floor_rows: int | None = None  # rows a split needs under the growth floor
         self.moment_stops: dict[int, str] = {}  # leaves the floor splits from rows: why not
         self.moved = moved  # the stream moved since the last refit (engine.stream_moved)
+        self.sample_search_work = 0  # rows × leaves the refinement searched on a sample
         self.split_weight = split_weight_threshold(
             engine.min_split_weight, engine._weight_true(engine.nodes_[engine.root_id_]),
             engine.max_leaves, engine.min_reservoir_split)
@@ -338,6 +339,7 @@ class RefitPass:
                                  sample=(eng.nodes_[eng.root_id_].reservoir.to_csr()
                                          if self.moved else None))
         scores = {} if refined is None else refined.scores
+        self.sample_search_work += 0 if refined is None else refined.sample_search_work
         rescored = [nid for nid, v in eng.nodes_.items()
                     if (v.score is None) != (scores.get(nid) is None)
                     or (v.score is not None and not v.score.same_as(scores.get(nid)))]

@@ -64,6 +64,16 @@ move borrows again: the amortised share stays b, and a stationary stream, which 
 is paced as before. Events sorted by cluster (20,000 × 500, 8 clusters) ended on a tree whose
 last full refit came at 8,000 events, four of the clusters never seen by one, at 0.65–0.74 ×
 the oracle's ARI (BENCHMARKS.md "Streams whose clusters arrive in phases").
+
+A moved stream's full refit of code sets past the searches' bound also searches a sample of
+its rows (:func:`streammom.searches.searched_on_sample`), work the refit's model does not
+hold: it was calibrated on refits that run no search. That search is charged on its own, at
+c_S event-equivalents per row × leaf of the sample (:func:`sample_search_cost_events`; the
+sample holds at most ``refine.PAIR_WORK`` = 131,072 of them, ~1.2M event-equivalents, three
+times a full refit of a 16-leaf tree at d = 1,000), and the moved credit counts each of its
+``MOVED_REFITS`` refits with that search (:func:`moved_credit`'s ``search_work``). Uncharged,
+a stream that keeps moving ran its refits at two to four times what the spend counted, so its
+amortised share was well past b (BENCHMARKS.md "The moved refits' searches charged").
 """
 
 from __future__ import annotations
@@ -77,6 +87,7 @@ __all__ = [
     "MOVED_REFITS",
     "REFIT_NODE_EVENTS",
     "REFIT_NODE_EVENTS_PER_D2",
+    "SAMPLE_SEARCH_WORK_EVENTS",
     "YOUTH_EVENTS_PER_SLOT",
     "light_refit_burst",
     "light_refit_cost_events",
@@ -84,6 +95,7 @@ __all__ = [
     "refit_affordable_at",
     "refit_allowance",
     "refit_cost_events",
+    "sample_search_cost_events",
     "spent_past_youth",
     "youth_events",
 ]
@@ -118,6 +130,11 @@ REFIT_NODE_EVENTS_PER_D2 = 0.00112
 #: light burst's, a constant, so the amortised share stays b.
 LIGHT_REFIT_NODE_EVENTS = 800.0
 
+#: c_S: event-equivalents per row × leaf of a search on a sample (module docstring), the mean
+#: of what ``bench/refit_cost.py`` timed on moved 50,000-event streams of 16 leaves at
+#: d = 1,000 (the searches' rows × leaves at their bound, ``refine.PAIR_WORK``).
+SAMPLE_SEARCH_WORK_EVENTS = 9.0
+
 
 def refit_cost_events(n_nodes: int, d: int) -> float:
     """Estimated cost of one refit, in events of ingest: n_nodes · (c₀ + c₂ · d²).
@@ -136,6 +153,16 @@ def light_refit_cost_events(n_nodes: int) -> float:
     True
     """
     return n_nodes * LIGHT_REFIT_NODE_EVENTS
+
+
+def sample_search_cost_events(work: int) -> float:
+    """Estimated cost of a refit's searches on a sample of ``work`` rows × leaves, in events of
+    ingest: c_S · work (module docstring).
+
+    >>> round(sample_search_cost_events(131_072) / refit_cost_events(31, 1_000), 1)
+    3.0
+    """
+    return SAMPLE_SEARCH_WORK_EVENTS * work
 
 
 def light_refit_burst(max_leaves: int) -> float:
@@ -159,14 +186,19 @@ def refit_allowance(budget: float, n_events: int, max_leaves: int, d: int) -> fl
             + GROWTH_REFITS * refit_cost_events(2 * max_leaves - 1, d))
 
 
-def moved_credit(max_leaves: int, d: int) -> float:
+def moved_credit(max_leaves: int, d: int, search_work: int = 0) -> float:
     """How far ahead of its allowance a stream that moved may spend on full refits:
-    ``MOVED_REFITS`` full-tree refits (module docstring, "moved streams").
+    ``MOVED_REFITS`` full-tree refits (module docstring, "moved streams"), each with a search
+    on a sample of ``search_work`` rows × leaves (0: the family runs none).
 
     >>> moved_credit(16, 1_024) == refit_allowance(0.2, 0, 16, 1_024)
     True
+    >>> moved_credit(16, 1_024, 131_072) - moved_credit(16, 1_024) == (
+    ...     MOVED_REFITS * sample_search_cost_events(131_072))
+    True
     """
-    return MOVED_REFITS * refit_cost_events(2 * max_leaves - 1, d)
+    return MOVED_REFITS * (refit_cost_events(2 * max_leaves - 1, d)
+                           + sample_search_cost_events(search_work))
 
 
 def youth_events(max_leaves: int, reservoir_size: int) -> int:

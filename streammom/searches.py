@@ -21,9 +21,11 @@ weight is unchanged — then one shrunk EM on all the rows from the searched fit
 own EM there is shrunk too, :mod:`streammom.shrinkage`), kept when its partition of all the
 rows is the more evident (:func:`streammom.evidence.better_fit`). A stationary stream's full
 refits past the bound (a long stream's, paced by the cost budget) stay unsearched: the search
-on a sample takes 0.9–2.5 s at d = 1,000 and about doubles the refit it runs in, which the
-budget's cost model (:mod:`streammom.refit_budget`) does not price, while a moved stream's
-refits are few and bought by its own credit.
+on a sample takes 1.8–3.1 s at d = 1,000 on one core, two to four times the refit it runs in,
+while a moved stream's refits are few and bought by its own credit. The budget charges it
+(:func:`streammom.refit_budget.sample_search_cost_events`, c_S per row × leaf of the sample)
+and counts it in the moved credit, so a stream that keeps moving still refits within its
+share of the engine's time.
 
 On the phase streams' 50,000 × 1,000 × 16 shape (``bench/acceptance_suite.py --families
 phase``; BENCHMARKS.md "Searches on a sample of a long stream's rows") half-sorted arrival

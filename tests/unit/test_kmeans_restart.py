@@ -8,19 +8,22 @@ import scipy.sparse as sp
 from engine_checks import acceptance_ari, assert_same_sums_and_routers
 from phenotype_streams import chapter_phenotypes
 from sklearn.metrics import adjusted_rand_score
+from test_split_merge import _clusters
 
 from streammom import StreamingHierarchy, refine
 from streammom import kmeans_restart as kmeans_restart_module
 from streammom.datasets import make_hierarchical_bernoulli
+from streammom.evidence import EvidenceCache, fit_labels
 from streammom.kmeans_restart import (
     DENSE_GRAM_ROWS,
     KMEANS_ROWS,
     KMEANS_WORK,
     kmeans_restart,
+    kmeans_starts,
     spectral_embedding,
     weighted_kmeans,
 )
-from streammom.mixture import map_assign
+from streammom.mixture import fit_from_partition, map_assign
 
 
 @pytest.mark.parametrize("dense_rows", [DENSE_GRAM_ROWS, 10])
@@ -176,3 +179,36 @@ def test_a_stream_of_two_thousand_events_is_searched_at_its_last_refit(
     one_reservoir = acceptance_ari(X, y, 8)
     assert shipped > 0.9 * oracle and one_reservoir < 0.88 * oracle, (
         shipped, one_reservoir, oracle)
+
+
+def test_a_short_stream_s_scores_that_label_every_leaf_try_more_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scores that label all four components but share one cluster between two of them and
+    hold two clusters in a third: the k-means starts find the four clusters, more evident
+    and labelling every component, and the search repeats itself. Scores that label fewer
+    components than they have are returned as they are (the evidence prefers merged
+    clusters there, and more starts would find them), and so is everything with the starts
+    switched off."""
+    X, y = _clusters(60, 80, 4, seed=1)
+    w = np.ones(y.size)
+    wrong = np.where(y == 0, np.arange(y.size) % 2, np.where(y == 3, 3, 2))
+    scored = fit_from_partition(X, w, wrong, 4, family="bernoulli", max_iter=0, tol=1e-6)
+    assert np.unique(fit_labels(X, scored)).size == 4
+    assert adjusted_rand_score(y, fit_labels(X, scored)) < 0.7
+    kw = {"max_iter": 50, "tol": 1e-6, "random_state": 0}
+    found = refine.more_starts(X, w, scored, "bernoulli", EvidenceCache(X, w), **kw)
+    again = refine.more_starts(X, w, scored, "bernoulli", EvidenceCache(X, w), **kw)
+    assert found is not scored and np.array_equal(found.means, again.means)
+    cache = EvidenceCache(X, w)
+    assert cache.fit_evidence(found) > cache.fit_evidence(scored)
+    assert np.unique(fit_labels(X, found)).size == 4
+    assert adjusted_rand_score(y, fit_labels(X, found)) > 0.95
+    assert len(kmeans_starts(X, w, 4, "bernoulli", seeds=[1, 2, 3], max_iter=5,
+                             tol=1e-6)) == 3
+
+    three = fit_from_partition(X, w, np.minimum(y, 2), 4, family="bernoulli", max_iter=0,
+                               tol=1e-6)  # component 3 has no rows, so no weight
+    assert np.unique(fit_labels(X, three)).size == 3
+    assert refine.more_starts(X, w, three, "bernoulli", EvidenceCache(X, w), **kw) is three
+    monkeypatch.setattr(refine, "SCORE_STARTS", 0)
+    assert refine.more_starts(X, w, scored, "bernoulli", EvidenceCache(X, w), **kw) is scored

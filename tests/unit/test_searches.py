@@ -85,21 +85,59 @@ def test_a_moved_refit_past_the_searches_bound_searches_a_sample_of_its_rows(
         ("all", rows.shape[0])) or real_search(rows, *a, **k))
     monkeypatch.setattr(refine, "searched_on_sample", lambda rows, *a, **k: calls.append(
         ("sample", k["max_rows"])) or real_sampled(rows, *a, **k))
-    refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)
+    within = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)
     (kind, n_rows), = calls
     assert kind == "all"
+    assert within is not None and within.sample_search_work == 0  # within the refit's price
     calls.clear()
     monkeypatch.setattr(refine, "RESTART_WORK", 0)
     monkeypatch.setattr(refine, "PAIR_WORK", n_rows * 4 - 4)  # 4 leaves: just past the bound
-    refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)  # not moved
+    settled = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)  # not moved
     assert calls == []
+    assert settled is not None and settled.sample_search_work == 0
     moved = eng.nodes_[eng.root_id_].reservoir.to_csr()
     first = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20, sample=moved)
     second = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20, sample=moved)
     assert calls == [("sample", n_rows - 1)] * 2
     assert first is not None and second is not None
+    assert first.sample_search_work == second.sample_search_work == refine.PAIR_WORK
     assert all(first.routers[nid].same_as(second.routers[nid]) for nid in first.routers)
     calls.clear()
     monkeypatch.setattr(refine, "SAMPLE_SEARCH", False)
-    refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20, sample=moved)
+    off = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20, sample=moved)
     assert calls == []
+    assert off is not None and off.sample_search_work == 0
+
+
+def test_a_refit_that_searched_a_sample_is_charged_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cost model prices a refit without its searches on a sample: the engine adds their
+    price (c_S per row × leaf, refit_budget.sample_search_cost_events) to the spend, and the
+    moved credit counts each of its refits with one — for code sets only, where they run."""
+    from test_refine import _scrambled
+
+    from streammom.refit_budget import (
+        MOVED_REFITS,
+        moved_credit,
+        refit_cost_events,
+        sample_search_cost_events,
+    )
+
+    eng, X, _ = _scrambled(seed=7)
+    eng.em = True
+    monkeypatch.setattr(refine, "RESTART_WORK", 0)
+    monkeypatch.setattr(refine, "PAIR_WORK", 64)  # every refit past the searches' bound
+    monkeypatch.setattr(type(eng), "stream_moved", lambda self: True)
+    eng.learn(X, refit=False)  # new weight: the refit recomputes and refines
+    spent, cost = eng._refit_spent, eng._refit_cost(light=False)
+    eng.refit()
+    assert eng.model_ is not None and any(v.score is not None for v in eng.nodes_.values())
+    assert eng._refit_spent == pytest.approx(spent + cost + sample_search_cost_events(64))
+    monkeypatch.setattr(type(eng), "stream_moved", lambda self: False)
+    eng.learn(X, refit=False)
+    spent, cost = eng._refit_spent, eng._refit_cost(light=False)
+    eng.refit()
+    assert eng._refit_spent == pytest.approx(spent + cost)  # settled: no search, no charge
+    assert moved_credit(8, 500, 64) == pytest.approx(
+        MOVED_REFITS * (refit_cost_events(15, 500) + sample_search_cost_events(64)))
+    assert refine.sample_search_work_of("multinomial") == 0
