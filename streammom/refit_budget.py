@@ -130,9 +130,11 @@ REFIT_NODE_EVENTS_PER_D2 = 0.00112
 #: light burst's, a constant, so the amortised share stays b.
 LIGHT_REFIT_NODE_EVENTS = 800.0
 
-#: c_S: event-equivalents per row × leaf of a search on a sample (module docstring), the mean
-#: of what ``bench/refit_cost.py`` timed on moved 50,000-event streams of 16 leaves at
-#: d = 1,000 (the searches' rows × leaves at their bound, ``refine.PAIR_WORK``).
+#: c_S: event-equivalents per row × leaf of a search on a sample (module docstring). At the
+#: searches' bound (``refine.PAIR_WORK`` rows × leaves) that is 1.18M, between the extra cost
+#: of a moved refit over the settled one that ``bench/refit_cost.py`` times (0.84–1.36M at
+#: d = 500 … 4,000, 16 leaves) and the searches alone timed on the phase streams (0.93–1.59M
+#: at d = 1,000; BENCHMARKS.md "The moved refits' searches charged").
 SAMPLE_SEARCH_WORK_EVENTS = 9.0
 
 
