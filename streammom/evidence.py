@@ -115,8 +115,11 @@ class EvidenceCache:
 
     def fit_evidence(self, fit: MixtureEMResult) -> float:
         """:func:`fit_evidence` of a Bernoulli ``fit`` on the cache's rows."""
-        k = fit.means.shape[0]
-        label = fit_labels(self.rows, fit)
+        return self.labels_evidence(fit_labels(self.rows, fit), fit.means.shape[0])
+
+    def labels_evidence(self, label: np.ndarray, k: int) -> float:
+        """:func:`labels_evidence` of the partition ``label`` of the cache's rows into ``k``
+        components (a fit's MAP labels, when the caller has them already)."""
         key = digest(label, np.array([k]))
         if key not in self.evidence:
             self.evidence[key] = _summed_evidence(self.summed_rows, self.row_weight, label, k)

@@ -212,14 +212,11 @@ def kmeans_restart(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: F
     a sample of a longer stream (fewer than :data:`KMEANS_MIN_SHARE` × ``n_events``, the events
     learned, when given), or do not support it (fewer rows than k, an embedding of fewer than
     one dimension)."""
-    if not is_short_stream(rows, k, n_events) or k < 2 or k > rows.shape[0]:
+    if not is_short_stream(rows, k, n_events):
         return None
-    Z = spectral_embedding(rows)
-    if Z.shape[1] == 0:
-        return None
-    label = weighted_kmeans(Z, k, row_weight, random_state)
-    return fit_from_partition(rows, row_weight, label, k, family=family, max_iter=max_iter,
-                              tol=tol)
+    fits = kmeans_starts(rows, row_weight, k, family, max_iter=max_iter, tol=tol,
+                         seeds=[random_state])
+    return fits[0] if fits else None
 
 
 def kmeans_starts(rows: sp.csr_array, row_weight: np.ndarray, k: int, family: Family, *,

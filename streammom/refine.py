@@ -422,9 +422,9 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
                          anneal=MOVE_BETAS, cache=moves)
         restarted |= resplit is not fit
         fit = resplit
-    sample_search_work = 0
-    if not searched and sample is not None and sample_search_work_of(family):  # moved, past
-        sample_search_work = sample_search_work_of(family)  # the bound: the sample's rows × leaves
+    # moved, past the bound: the sample's rows × leaves, searched below (0: no search)
+    sample_search_work = 0 if searched or sample is None else sample_search_work_of(family)
+    if sample_search_work:
         found = searched_on_sample(
             rows, row_weight, [b.shape[0] for b in blocks], fit, family, moves,
             max_rows=PAIR_WORK // work_leaves, tol=tol, max_iter=min(max_iter, PAIR_EM_PASSES),
@@ -506,9 +506,11 @@ def more_starts(rows: sp.csr_array, row_weight: np.ndarray, scored: MixtureEMRes
     when it is more evident than ``scored`` by :data:`STARTS_MARGIN` a row; else ``scored``
     itself. Its components are in the start's order (the caller puts them on the leaves)."""
     k = scored.means.shape[0]
-    if SCORE_STARTS <= 0 or np.unique(fit_labels(rows, scored)).size < k:
+    label = fit_labels(rows, scored)
+    if SCORE_STARTS <= 0 or np.unique(label).size < k:
         return scored
-    best, best_evidence = scored, cache.fit_evidence(scored) + STARTS_MARGIN * rows.shape[0]
+    best = scored
+    best_evidence = cache.labels_evidence(label, k) + STARTS_MARGIN * rows.shape[0]
     seeds = [random_state + r for r in range(1, SCORE_STARTS + 1)]
     for start in kmeans_starts(rows, row_weight, k, family, max_iter=max_iter, tol=tol,
                                seeds=seeds):
@@ -516,8 +518,11 @@ def more_starts(rows: sp.csr_array, row_weight: np.ndarray, scored: MixtureEMRes
                                 max_iter=max_iter, sample_weight=row_weight, shrink=True)
         found = fit_mixture_em(rows, shrunk.means, shrunk.weights, family=family, tol=tol,
                                max_iter=max_iter, sample_weight=row_weight, shrink="pulled")
-        evidence = cache.fit_evidence(found)
-        if evidence > best_evidence and np.unique(fit_labels(rows, found)).size == k:
+        label = fit_labels(rows, found)
+        if np.unique(label).size < k:
+            continue
+        evidence = cache.labels_evidence(label, k)
+        if evidence > best_evidence:
             best, best_evidence = found, evidence
     return best
 
