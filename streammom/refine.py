@@ -146,9 +146,11 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   components labelled");
 * more starts (:func:`more_starts`), for the scores of a short stream of code sets that label
   every leaf: :data:`SCORE_STARTS` k-means starts more (other seeds of the k-means start,
-  one embedding), each through the shrunk and the pulled EM as the scores were; the most
-  evident that labels every leaf too replaces the scores when it is more evident than they
-  are by :data:`STARTS_MARGIN` a row. Where the scores label every leaf the search, not the
+  one embedding), each through the shrunk EM; the pulled EM polishes them in the order of
+  their shrunk fits' evidence until one labels every leaf (one pulled EM where each start
+  ran one: 8 streams of 300 and 1,000 events 15 % faster, 2 of 273 streams moved by ≤ 0.02),
+  and that one replaces the scores when it is more evident than they are by
+  :data:`STARTS_MARGIN` a row. Where the scores label every leaf the search, not the
   judge, is what misses: on the 300-event code streams that end with all 8 labels the
   truth's basin is the more evident on 13 of 15 seeds, and another start can reach it. Where
   they label fewer, the evidence prefers the merged clusters to every partition of k, and
@@ -501,30 +503,32 @@ def more_starts(rows: sp.csr_array, row_weight: np.ndarray, scored: MixtureEMRes
     """A short stream's code-set scores searched from more starts, while they label every
     component (module docstring, "more starts"): :data:`SCORE_STARTS` k-means starts
     (:func:`streammom.kmeans_restart.kmeans_starts`, seeds ``random_state`` + 1, + 2, …), each
-    taken through shrunk EM and the pulled strengths' EM as the scores were; the most evident
-    of them (``cache``: made for ``rows`` and ``row_weight``) that labels every component too,
-    when it is more evident than ``scored`` by :data:`STARTS_MARGIN` a row; else ``scored``
-    itself. Its components are in the start's order (the caller puts them on the leaves)."""
+    taken through shrunk EM; the starts are ranked by the evidence of their shrunk fits
+    (``cache``: made for ``rows`` and ``row_weight``), and the pulled strengths' EM runs on
+    them in that order until one labels every component. That one replaces ``scored`` when
+    its evidence passes theirs by :data:`STARTS_MARGIN` a row; else ``scored`` is returned
+    itself. The pulled EM moves a shrunk fit's evidence by a few nats where the starts differ
+    by tens, so it runs once where it ran for every start. Its components are in the start's
+    order (the caller puts them on the leaves)."""
     k = scored.means.shape[0]
     label = fit_labels(rows, scored)
     if SCORE_STARTS <= 0 or np.unique(label).size < k:
         return scored
-    best = scored
-    best_evidence = cache.labels_evidence(label, k) + STARTS_MARGIN * rows.shape[0]
+    bar = cache.labels_evidence(label, k) + STARTS_MARGIN * rows.shape[0]
     seeds = [random_state + r for r in range(1, SCORE_STARTS + 1)]
-    for start in kmeans_starts(rows, row_weight, k, family, max_iter=max_iter, tol=tol,
-                               seeds=seeds):
+    ranked: list[tuple[float, int, MixtureEMResult]] = []
+    for i, start in enumerate(kmeans_starts(rows, row_weight, k, family, max_iter=max_iter,
+                                            tol=tol, seeds=seeds)):
         shrunk = fit_mixture_em(rows, start.means, start.weights, family=family, tol=tol,
                                 max_iter=max_iter, sample_weight=row_weight, shrink=True)
+        ranked.append((-cache.fit_evidence(shrunk), i, shrunk))
+    for _, _, shrunk in sorted(ranked, key=lambda r: r[:2]):
         found = fit_mixture_em(rows, shrunk.means, shrunk.weights, family=family, tol=tol,
                                max_iter=max_iter, sample_weight=row_weight, shrink="pulled")
         label = fit_labels(rows, found)
-        if np.unique(label).size < k:
-            continue
-        evidence = cache.labels_evidence(label, k)
-        if evidence > best_evidence:
-            best, best_evidence = found, evidence
-    return best
+        if np.unique(label).size == k:
+            return found if cache.labels_evidence(label, k) > bar else scored
+    return scored
 
 
 def _sample_starts(sample: sp.csr_array, k: int, family: Family, *, max_iter: int, tol: float,
