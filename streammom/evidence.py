@@ -7,6 +7,12 @@ empirical-Bayes prior of :mod:`streammom.shrinkage`, plus the labels' own term
 
     log p(X | z) + log p̂(z) = Σ_h max_τ log p(S_·h | τ) + Σ_j N_j log(N_j / Σ N).
 
+In a refinement the labels' term is the shares integrated out instead, under a symmetric
+Dirichlet prior whose concentration is fitted to the events the tree's leaves hold
+(:mod:`streammom.shares_prior`; :class:`EvidenceCache`'s ``concentration``): at the ML shares
+the term pays a partition that merges two clusters the entropy it saves, which on a short
+stream of comparable shares outweighs what the codes tell the merged clusters apart by.
+
 The refinement (:mod:`streammom.refine`) compares fits of the same k components on the same
 weighted rows — a restart against the fit it would replace, a re-split pair against the pair
 it would replace (:mod:`streammom.pair_resplit`) — by it (:func:`better_fit`), not by their
@@ -74,11 +80,12 @@ def labels_evidence(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarra
     return _summed_evidence(on_few_held_columns(rows)[0], row_weight, label, k)
 
 
-def _summed_evidence(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray, k: int
-                     ) -> float:
-    """:func:`labels_evidence` of rows already on the columns to sum."""
+def _summed_evidence(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray, k: int,
+                     concentration: float | None = None) -> float:
+    """:func:`labels_evidence` of rows already on the columns to sum (``concentration``: the
+    shares' prior, :class:`EvidenceCache`)."""
     S, N = partition_sums(rows, row_weight, label, k)
-    return partition_evidence(S, N)
+    return partition_evidence(S, N, concentration)
 
 
 def fit_evidence(rows: sp.csr_array, row_weight: np.ndarray, fit: MixtureEMResult) -> float:
@@ -105,6 +112,10 @@ class EvidenceCache:
 
     rows: sp.csr_array
     row_weight: np.ndarray
+    #: α of the symmetric Dirichlet prior the labels' term integrates the shares out under
+    #: (:mod:`streammom.shares_prior`; the refinement fits it to its tree's leaves), for the
+    #: partitions of the rows into as many components as the leaves; None: the ML shares
+    concentration: float | None = None
     evidence: dict[bytes, float] = field(default_factory=dict)
     #: the rows on the columns they hold, when those are few (:func:`labels_evidence`): made
     #: once for every partition of the rows
@@ -122,7 +133,8 @@ class EvidenceCache:
         components (a fit's MAP labels, when the caller has them already)."""
         key = digest(label, np.array([k]))
         if key not in self.evidence:
-            self.evidence[key] = _summed_evidence(self.summed_rows, self.row_weight, label, k)
+            self.evidence[key] = _summed_evidence(self.summed_rows, self.row_weight, label, k,
+                                                  self.concentration)
         return self.evidence[key]
 
     def more_evident(self, new: MixtureEMResult, old: MixtureEMResult) -> bool:

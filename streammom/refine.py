@@ -90,22 +90,23 @@ MAP between its two subtrees, each subtree collapsed to one component of the ref
   (above), as the leaves' scores. On the 500-event code streams it mends a stream whose
   scores held two clusters in one leaf (BENCHMARKS.md "Moves on a short stream's scores");
 * for code sets, a restart's fit replaces the one it would (:func:`_better`), and a re-split
-  pair the pair it would (:mod:`streammom.pair_resplit`), when its partition is the more
-  evident (:mod:`streammom.evidence`: the rows' marginal likelihood with the rates integrated
-  out under the shrinkage's prior). The likelihood, even net of its optimism (TIC), prefers
-  fits that cut a heavy cluster in two and merge two light ones: both have k components, so
-  TIC charges them alike, while the evidence charges a component's rates about
-  (p/2) log N_j. On code streams with Dirichlet(0.7) leaf shares the spectral restart and the
-  re-splits judged by the likelihood took a 50,000-event stream from 0.98 to 0.71 × the
-  oracle's ARI by its fifth thousand events (0.80 at its end); judged by the evidence it
-  stays at 0.98 (BENCHMARKS.md "Fits compared by the evidence of their partition"). The
-  first round of moves still ranks and keeps its candidates by the likelihood net of its
-  optimism (:func:`~streammom.mixture.more_likely`; :mod:`streammom.split_merge`): on
-  weighted rows a heavy leaf's rows stand for several events each, and a fit that spends
-  components on them gains likelihood from their noise as many times over (BENCHMARKS.md
-  "Skewed cluster shares"). Token counts keep the raw likelihood: TIC's one unit a parameter
-  overstates the optimism of a vocabulary of tens of thousands of rare terms (20 Newsgroups
-  at 55,202 terms: 0.203 → 0.152), and the shrinkage's prior is for code sets;
+  pair the pair it would (:mod:`streammom.pair_resplit`), when its partition is the more evident
+  (:mod:`streammom.evidence`: the rows' marginal likelihood with the rates integrated out under
+  the shrinkage's prior, and the labels' with the shares integrated out under a Dirichlet prior
+  fitted to the leaves' events, :mod:`streammom.shares_prior`). The likelihood, even net of its
+  optimism (TIC), prefers fits that cut a heavy cluster in two and merge two light ones: both
+  have k components, so TIC charges them alike, while the evidence charges a component's rates
+  about (p/2) log N_j. On code streams with Dirichlet(0.7) leaf shares the spectral restart and
+  the re-splits judged by the likelihood took a 50,000-event stream from 0.98 to 0.71 × the
+  oracle's ARI by its fifth thousand events (0.80 at its end); judged by the evidence it stays
+  at 0.98 (BENCHMARKS.md "Fits compared by the evidence of their partition"). The first round of
+  moves still ranks and keeps its candidates by the likelihood net of its optimism
+  (:func:`~streammom.mixture.more_likely`; :mod:`streammom.split_merge`): on weighted rows a
+  heavy leaf's rows stand for several events each, and a fit that spends components on them
+  gains likelihood from their noise as many times over (BENCHMARKS.md "Skewed cluster shares").
+  Token counts keep the raw likelihood: TIC's one unit a parameter overstates the optimism of a
+  vocabulary of tens of thousands of rare terms (20 Newsgroups at 55,202 terms: 0.203 → 0.152),
+  and the shrinkage's prior is for code sets;
 * empirical-Bayes shrinkage, for code sets (:mod:`streammom.shrinkage`): the kept fits —
   the routers' and the scores' — each run one more EM whose M-steps shrink every code's rate
   toward its pooled rate by a strength τ_h estimated per code from the data (type-II maximum
@@ -201,6 +202,7 @@ from streammom.mixture import (
 )
 from streammom.model import LeafScore, Router, leaf_scores, map_router
 from streammom.searches import search, searched_on_sample
+from streammom.shares_prior import shares_concentration
 from streammom.spectral import family_range
 from streammom.split import Split, refine_split_em
 from streammom.split_merge import (
@@ -404,7 +406,10 @@ def refine_routers(nodes: Mapping[int, Node], root_id: int, family: Family, *,
         rows, row_weight, len(leaves), family, max_iter=max_iter, tol=tol,
         random_state=random_state)
     restarted = False
-    moves = MoveCache(rows, row_weight)  # evidences and the moves' work, shared (exact)
+    # evidences and the moves' work, shared (exact); the labels' term under the shares' prior
+    # fitted to the leaves (code sets: the evidence judges their fits)
+    moves = MoveCache(rows, row_weight, shares_concentration(
+        np.array([v.acc.weight for v in leaves])) if family == "bernoulli" else None)
     if alt is not None and _better(alt, fit, family, moves):
         fit = _on_leaves(alt, rows, row_weight, label, family)
         restarted = True

@@ -105,7 +105,7 @@ def searched_on_sample(rows: sp.csr_array, row_weight: np.ndarray, sizes: list[i
     sample, sample_weight = rows[index], row_weight[index] * factor
     found = search(sample, sample_weight, fit, family, tol=tol, max_iter=max_iter,
                    random_state=random_state, anneal=anneal,
-                   cache=MoveCache(sample, sample_weight))
+                   cache=MoveCache(sample, sample_weight, cache.concentration))
     if found is fit:
         return None
     full = fit_mixture_em(rows, found.means, found.weights, family=family, tol=tol,

@@ -51,6 +51,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import betaln
 
+from streammom.shares_prior import labels_log_prior
+
 __all__ = ["PULL_DECADES", "TAU_RANGE", "TAU_STEPS", "common_prior_strength",
            "partition_evidence", "pooled_rates", "prior_strengths", "pulled_prior_strengths",
            "shrunk_rates"]
@@ -312,7 +314,8 @@ def shrunk_rates(S: np.ndarray, N: np.ndarray, tau: np.ndarray, m: np.ndarray) -
     return (S + tau[None, :] * m[None, :]) / (N[:, None] + tau[None, :])
 
 
-def partition_evidence(S: np.ndarray, N: np.ndarray) -> float:
+def partition_evidence(S: np.ndarray, N: np.ndarray, concentration: float | None = None
+                       ) -> float:
     """The evidence of a hard partition z of the rows into k components, from each
     component's code counts S (k, d) and (weighted) size N (k,):
 
@@ -320,7 +323,10 @@ def partition_evidence(S: np.ndarray, N: np.ndarray) -> float:
 
     the first term every code's Beta–Bernoulli marginal likelihood (module docstring: the
     rates integrated out under the prior around the pooled rates, at the type-II τ_h of
-    :func:`prior_strengths`), the second the labels' likelihood at their ML shares. It is the
+    :func:`prior_strengths`), the second the labels' likelihood at their ML shares; with a
+    ``concentration`` α, the labels' term is instead their marginal with the shares
+    integrated out under a symmetric Dirichlet(α) (:func:`streammom.shares_prior.
+    labels_log_prior`; the refinement fits α to its tree's leaves). It is the
     type-II marginal likelihood the shrunk EM's τ maximise, read as a score of the partition
     (*BDA* §5.3): higher when the components' rates differ where the data say they do and
     agree elsewhere. A partition is compared only with others of the same rows and weights
@@ -333,5 +339,7 @@ def partition_evidence(S: np.ndarray, N: np.ndarray) -> float:
     True
     """
     codes = _type_two(S, N, pooled_rates(S, N))[1]
+    if concentration is not None:
+        return codes + labels_log_prior(N, concentration)
     full = N[N > 0]
     return codes + float((full * np.log(full / full.sum())).sum())
