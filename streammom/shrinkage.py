@@ -55,7 +55,7 @@ from streammom.shares_prior import labels_log_prior
 
 __all__ = ["PULL_DECADES", "TAU_RANGE", "TAU_STEPS", "common_prior_strength",
            "partition_evidence", "pooled_rates", "prior_strengths", "pulled_prior_strengths",
-           "shrunk_rates"]
+           "shrunk_rates", "type_two_prior"]
 
 #: The search's range of prior strengths τ (pseudo-events), 0.1 to 10⁵: the top is "fully
 #: pooled" for any component a stream's refit holds.
@@ -194,6 +194,28 @@ def _type_two(S: np.ndarray, N: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, 
             best_value = np.where(better, value, best_value)
     tau[held] = 10.0 ** best[inverse]
     return tau, float(best_value[inverse].sum())
+
+
+def type_two_prior(S: np.ndarray, N: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """(held, a, b, τ, codes): the codes some row holds (m_h > 0) and, for each, the
+    Beta(a_h, b_h) prior the evidence integrates its rates under, a_h = τ_h m_h and
+    b_h = τ_h (1 − m_h) at its type-II strength τ_h (:func:`prior_strengths`) and pooled rate
+    m_h clipped as the τ search clips it; ``codes`` is :func:`partition_evidence`'s codes'
+    term, the Beta–binomial marginals under exactly these priors
+    (:mod:`streammom.evidence_ascent` moves rows by their differences).
+
+    >>> S = np.array([[8.0, 2.0, 0.0], [0.0, 2.0, 0.0]]); N = np.array([10.0, 10.0])
+    >>> held, a, b, tau, codes = type_two_prior(S, N)
+    >>> held.tolist(), bool(np.allclose(a + b, tau)), codes == partition_evidence(S, N, 1e6) - (
+    ...     labels_log_prior(N, 1e6))
+    ([0, 1], True, True)
+    """
+    m = pooled_rates(S, N)
+    held = np.flatnonzero(m > 0)
+    tau, codes = _type_two(S, N, m)
+    mh = np.clip(m[held], _RATE_CLIP, 1.0 - _RATE_CLIP)
+    return held, tau[held] * mh, tau[held] * (1.0 - mh), tau[held], codes
 
 
 def _held_codes(S: np.ndarray, N: np.ndarray, m: np.ndarray

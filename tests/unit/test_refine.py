@@ -355,6 +355,8 @@ def test_spectral_restart_replaces_a_poor_partition_and_keeps_the_better_likelih
     eng, X, y = _scrambled(seed=7)
     monkeypatch.setattr(refine, "kmeans_restart", lambda *a, **k: None)  # the spectral one only
     monkeypatch.setattr(searches, "pair_resplit", lambda rows, w, fit, *a, **k: fit)
+    # nor the scores' climb and more starts (the rows are the stream: a short stream's step)
+    monkeypatch.setattr(refine, "more_starts", lambda rows, w, scored, *a, **k: scored)
     with monkeypatch.context() as patch:
         patch.setattr(refine, "RESTART_WORK", 0)  # no restart: EM from the partition only
         alone = refine_routers(eng.nodes_, eng.root_id_, "bernoulli", max_iter=20)
