@@ -207,9 +207,12 @@ def partition_fit(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray,
     """The Bernoulli mixture a partition stands for under the evidence's priors: every
     component's posterior mean rates μ_jh = (S_jh + τ_h m_h) / (N_j + τ_h) at the partition's
     type-II τ (:func:`streammom.shrinkage.shrunk_rates`) and its posterior mean share
-    (N_j + α) / (Σ N + k α). Its MAP labels are the partition's own wherever no row gains by
-    a move (a row's own component, holding it, predicts it better than without it). No EM
-    step: ``n_iter`` 0, ``log_likelihood`` the rows' weighted log-likelihood under it.
+    (N_j + α) / (Σ N + k' α) over the k' components that hold rows; a component the
+    partition leaves empty keeps share 0, so it labels nothing and the model says it is
+    empty (:meth:`streammom.model.HierarchyModel.empty_leaves`). Its MAP labels are the
+    partition's own wherever no row gains by a move (a row's own component, holding it,
+    predicts it better than without it). No EM step: ``n_iter`` 0, ``log_likelihood`` the
+    rows' weighted log-likelihood under it.
 
     >>> X = sp.csr_array(np.array([[1, 1, 0, 0]] * 5 + [[0, 0, 1, 1]] * 5, dtype=float))
     >>> fit = partition_fit(X, np.ones(10), np.array([0] * 5 + [1] * 5), 2, 1.0)
@@ -220,7 +223,8 @@ def partition_fit(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray,
     m = pooled_rates(S, N)
     tau = prior_strengths(S, N, m)
     means = shrunk_rates(S, N, tau, m)
-    weights = (N + concentration) / (N.sum() + k * concentration)
+    held = N > 0  # a component the partition leaves empty stays empty: share 0
+    weights = np.where(held, N + concentration, 0.0) / (N.sum() + held.sum() * concentration)
     joint = log_likelihood_matrix(rows, means, weights, "bernoulli")
     top = joint.max(axis=1)
     log_p = top + np.log(np.exp(joint - top[:, None]).sum(axis=1))

@@ -104,7 +104,8 @@ def test_the_climb_never_empties_a_component() -> None:
 def test_the_partition_s_fit_labels_its_rows_as_the_partition_does() -> None:
     """partition_fit: posterior-mean rates at the partition's τ and posterior-mean shares; at
     the climb's optimum its MAP labels of the rows are the partition itself, so the scores
-    the engine keeps label as the judge chose."""
+    the engine keeps label as the judge chose; a component the partition leaves empty keeps
+    share 0 (the model then says the leaf is empty)."""
     X, y = _codes(300, 1)
     w = np.ones(y.size)
     alpha = shares_concentration(np.bincount(y).astype(float))
@@ -114,3 +115,7 @@ def test_the_partition_s_fit_labels_its_rows_as_the_partition_does() -> None:
     N = np.bincount(found, minlength=8)
     assert np.allclose(fit.weights, (N + alpha) / (N.sum() + 8 * alpha))
     assert fit.n_iter == 0 and fit.prior_strengths is not None
+    seven = np.where(found == 7, 6, found)  # component 7 left empty: it keeps share 0
+    merged = partition_fit(X, w, seven, 8, alpha)
+    assert merged.weights[7] == 0 and merged.weights.sum() == pytest.approx(1.0)
+    assert 7 not in fit_labels(X, merged)
