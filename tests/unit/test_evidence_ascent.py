@@ -119,3 +119,33 @@ def test_the_partition_s_fit_labels_its_rows_as_the_partition_does() -> None:
     merged = partition_fit(X, w, seven, 8, alpha)
     assert merged.weights[7] == 0 and merged.weights.sum() == pytest.approx(1.0)
     assert 7 not in fit_labels(X, merged)
+
+
+def test_rows_of_many_weights_climb_by_the_gains_of_a_few(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decayed stream's refinement weighs each leaf's rows differently: past GAIN_WEIGHTS
+    distinct weights a row's gain is that of a lighter copy (its bucket's least weight), a
+    proposal the evidence checks. The climb still mends the misplaced partition, raises its
+    evidence and keeps every component, and rows of their bucket's least weight keep their
+    exact gains."""
+    from streammom import evidence_ascent
+    from streammom.evidence_ascent import GAIN_WEIGHTS, gain_weights
+
+    X, y = _codes(300, 0)
+    rng = np.random.default_rng(0)
+    w = np.linspace(0.5, 2.0, 8)[y]  # one weight a cluster: 8 distinct, past GAIN_WEIGHTS
+    assert np.unique(w).size > GAIN_WEIGHTS >= np.unique(gain_weights(w)).size
+    assert np.all(gain_weights(w) <= w)
+    start = y.copy()
+    wrong = rng.choice(y.size, y.size // 5, replace=False)
+    start[wrong] = (y[wrong] + rng.integers(1, 8, wrong.size)) % 8
+    found, value = ascend_evidence(X, w, start, 8, 5.0)
+    assert value > judge(X, w, start, 8, 5.0).evidence and np.unique(found).size == 8
+    assert adjusted_rand_score(y, found) > adjusted_rand_score(y, start) + 0.2
+    judged = judge(X, w, start, 8, 5.0)
+    bucketed, _ = entering_gains(X, w, judged, 5.0)
+    least = gain_weights(w) == w
+    assert least.any() and (~least).any()
+    monkeypatch.setattr(evidence_ascent, "GAIN_WEIGHTS", 64)  # every weight its own
+    exact, _ = entering_gains(X, w, judged, 5.0)
+    assert np.allclose(bucketed[least], exact[least])
