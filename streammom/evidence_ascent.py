@@ -49,7 +49,12 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
-from streammom.mixture import MixtureEMResult, log_likelihood_matrix, partition_sums
+from streammom.mixture import (
+    MixtureEMResult,
+    log_likelihood_matrix,
+    normalise_joint,
+    partition_sums,
+)
 from streammom.shares_prior import labels_log_prior
 from streammom.shrinkage import pooled_rates, prior_strengths, shrunk_rates, type_two_prior
 
@@ -256,8 +261,6 @@ def partition_fit(rows: sp.csr_array, row_weight: np.ndarray, label: np.ndarray,
     means = shrunk_rates(S, N, tau, m)
     held = N > 0  # a component the partition leaves empty stays empty: share 0
     weights = np.where(held, N + concentration, 0.0) / (N.sum() + held.sum() * concentration)
-    joint = log_likelihood_matrix(rows, means, weights, "bernoulli")
-    top = joint.max(axis=1)
-    log_p = top + np.log(np.exp(joint - top[:, None]).sum(axis=1))
+    log_p = normalise_joint(log_likelihood_matrix(rows, means, weights, "bernoulli"))[0]
     return MixtureEMResult(means=means, weights=weights, n_iter=0, converged=True,
                            log_likelihood=float(row_weight @ log_p), prior_strengths=tau)
